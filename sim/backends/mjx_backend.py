@@ -1,0 +1,60 @@
+"""MJX backend: physics as pure JAX (jit + vmap), for GPUs.
+
+`State.data` is an `mjx.Data`. Everything here traces into the environment's one jitted step.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import mujoco
+
+from sim._jax import import_mjx
+from sim.core import Physics
+from sim.errors import BackendError
+
+
+class MjxBackend:
+    """Steps a MuJoCo model with MJX; `impl` is "jax" (any device) or "warp" (NVIDIA, if installed)."""
+
+    name = "mjx"
+
+    def __init__(self, model: mujoco.MjModel, impl: str = "jax"):
+        self.mjx = import_mjx()
+        if impl not in ("jax", "warp"):
+            raise BackendError(f"mjx impl must be 'jax' or 'warp', got {impl!r}")
+        try:
+            self.model = self.mjx.put_model(model, impl=impl)
+        except Exception as e:  # MJX rejects some features (solvers, geoms) per impl
+            raise BackendError(f"MJX (impl={impl}) cannot load this model: {e}") from e
+        self.impl = impl
+
+    def init_data(self, qpos: jax.Array, qvel: jax.Array, active: jax.Array | None = None):
+        """A new physics state at (qpos, qvel) with derived quantities (sensors) computed.
+
+        `active` is accepted for parity with the C backend (which skips inactive envs) and ignored.
+        """
+        del active
+        data = self.mjx.make_data(self.model)
+        data = data.replace(qpos=qpos.astype(data.qpos.dtype), qvel=qvel.astype(data.qvel.dtype))
+        return self.mjx.forward(self.model, data)
+
+    def step(self, data, ctrl: jax.Array, n_substeps: int):
+        """Advance `n_substeps` physics steps holding `ctrl`."""
+        data = data.replace(ctrl=ctrl.astype(data.ctrl.dtype))
+
+        def body(d, _):
+            return self.mjx.step(self.model, d), None
+
+        data, _ = jax.lax.scan(body, data, None, length=n_substeps)
+        return data
+
+    @staticmethod
+    def view(data) -> Physics:
+        f32 = jnp.float32
+        return Physics(qpos=data.qpos.astype(f32), qvel=data.qvel.astype(f32),
+                       sensordata=data.sensordata.astype(f32), ctrl=data.ctrl.astype(f32))
+
+    @staticmethod
+    def qpos64(data) -> jax.Array:
+        return data.qpos

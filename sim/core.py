@@ -1,0 +1,262 @@
+"""The task contract: what a task defines, what a backend gives it, what an environment returns.
+
+A task is written once, in pure unbatched JAX, and runs on both physics backends:
+
+- the task says how an episode starts (`init`: joint positions, velocities, per-episode info),
+  what the agent sees (`observe`), how it is scored (`reward_terms`, combined by `reward`) and when
+  an episode ends early (`terminated`);
+- a backend (`sim.backends`) owns the physics state (`State.data`) and gives the task a `Physics`
+  view of it: `qpos`, `qvel`, `sensordata`, read by name through the task's `ModelIndex`.
+
+Sensor values follow MuJoCo's `mj_step` semantics on both backends: after a step they were computed
+at the start of the last physics sub-step (qpos/qvel are current). Tasks that need exact current
+positions read `qpos`; tasks that mirror a real robot read named sensors, as the robot would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import mujoco
+
+from sim.errors import ConfigError
+
+Array = jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Physics:
+    """What a task may read of the physics state, identical on every backend."""
+
+    qpos: Array
+    qvel: Array
+    sensordata: Array
+    ctrl: Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class State:
+    """One environment's state (a pytree; batched states carry a leading env axis).
+
+    `data` is the backend's physics state (an `mjx.Data` on MJX, packed float64 state on MuJoCo C);
+    `obs` holds the observation groups (`"policy"`, optional privileged `"critic"`); `info` carries
+    the per-env random key (`"rng"`), the step counter (`"steps"`) and task bookkeeping; `metrics`
+    holds the named reward terms (`"reward/<name>"`) and task metrics, averaged into `extras["log"]`.
+    """
+
+    data: Any
+    obs: dict[str, Array]
+    reward: Array
+    terminated: Array
+    truncated: Array
+    info: dict[str, Any]
+    metrics: dict[str, Array]
+
+    def replace(self, **changes: Any) -> State:
+        return dataclasses.replace(self, **changes)
+
+
+class ModelIndex:
+    """Static name -> index maps of a MuJoCo model, so tasks read joints and sensors by name."""
+
+    def __init__(self, model: mujoco.MjModel):
+        self.model = model
+
+    def _id(self, objtype: mujoco.mjtObj, name: str, what: str) -> int:
+        i = mujoco.mj_name2id(self.model, objtype, name)
+        if i < 0:
+            raise ConfigError(f"the model has no {what} named {name!r}")
+        return i
+
+    def qpos_slice(self, joint: str) -> slice:
+        j = self._id(mujoco.mjtObj.mjOBJ_JOINT, joint, "joint")
+        start = int(self.model.jnt_qposadr[j])
+        width = {0: 7, 1: 4, 2: 1, 3: 1}[int(self.model.jnt_type[j])]
+        return slice(start, start + width)
+
+    def qvel_slice(self, joint: str) -> slice:
+        j = self._id(mujoco.mjtObj.mjOBJ_JOINT, joint, "joint")
+        start = int(self.model.jnt_dofadr[j])
+        width = {0: 6, 1: 3, 2: 1, 3: 1}[int(self.model.jnt_type[j])]
+        return slice(start, start + width)
+
+    def sensor_slice(self, sensor: str) -> slice:
+        s = self._id(mujoco.mjtObj.mjOBJ_SENSOR, sensor, "sensor")
+        start = int(self.model.sensor_adr[s])
+        return slice(start, start + int(self.model.sensor_dim[s]))
+
+    def qpos(self, phys: Physics, joint: str) -> Array:
+        return phys.qpos[self.qpos_slice(joint)]
+
+    def qvel(self, phys: Physics, joint: str) -> Array:
+        return phys.qvel[self.qvel_slice(joint)]
+
+    def sensor(self, phys: Physics, sensor: str) -> Array:
+        return phys.sensordata[self.sensor_slice(sensor)]
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig:
+    """Settings every task has; tasks subclass this with their own fields.
+
+    `ctrl_dt` is the control period and `sim_dt` the physics time step (`ctrl_dt / sim_dt` physics
+    sub-steps per control step); `episode_length` counts control steps (after action repeat).
+    `reward_scales` weighs the named reward terms.
+    """
+
+    episode_length: int = 1000
+    action_repeat: int = 1
+    ctrl_dt: float = 0.01
+    sim_dt: float = 0.01
+    reward_scales: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def validate(self) -> None:
+        if self.episode_length < 1:
+            raise ConfigError(f"episode_length must be >= 1, got {self.episode_length}")
+        if self.action_repeat < 1:
+            raise ConfigError(f"action_repeat must be >= 1, got {self.action_repeat}")
+        if self.sim_dt <= 0 or self.ctrl_dt < self.sim_dt:
+            raise ConfigError(f"need 0 < sim_dt <= ctrl_dt, got sim_dt={self.sim_dt}, ctrl_dt={self.ctrl_dt}")
+        ratio = self.ctrl_dt / self.sim_dt
+        if abs(ratio - round(ratio)) > 1e-6:
+            raise ConfigError(f"ctrl_dt ({self.ctrl_dt}) must be a multiple of sim_dt ({self.sim_dt})")
+
+    @property
+    def n_substeps(self) -> int:
+        return int(round(self.ctrl_dt / self.sim_dt))
+
+
+def apply_overrides(cfg: TaskConfig, overrides: dict[str, Any]) -> TaskConfig:
+    """Return `cfg` with `overrides` applied; unknown names or a wrong type raise `ConfigError`.
+
+    Dict-valued fields (such as `reward_scales`) merge, and only known keys are accepted, so a typo
+    in a reward-term name is an error rather than a silent no-op.
+    """
+    fields = {f.name: f for f in dataclasses.fields(cfg)}
+    changes: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if key not in fields:
+            raise ConfigError(
+                f"unknown override {key!r} for {type(cfg).__name__}; valid fields: {sorted(fields)}"
+            )
+        current = getattr(cfg, key)
+        if isinstance(current, dict):
+            if not isinstance(value, dict):
+                raise ConfigError(f"override {key!r} must be a mapping, got {type(value).__name__}")
+            unknown = set(value) - set(current)
+            if unknown:
+                raise ConfigError(f"unknown keys {sorted(unknown)} in {key!r}; valid keys: {sorted(current)}")
+            value = {**current, **value}
+        elif isinstance(current, bool) and not isinstance(value, bool):
+            raise ConfigError(f"override {key!r} must be a bool, got {value!r}")
+        elif isinstance(current, (int, float)) and not isinstance(current, bool):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"override {key!r} must be a number, got {value!r}")
+            if isinstance(current, int) and not float(value).is_integer():
+                raise ConfigError(f"override {key!r} must be an integer, got {value!r}")
+            value = type(current)(value)
+        changes[key] = value
+    new = dataclasses.replace(cfg, **changes)
+    new.validate()
+    return new
+
+
+class Task:
+    """Base class of every task: a MuJoCo model plus pure, unbatched JAX functions.
+
+    Subclasses set `name`, `config_class`, the documentation attributes (`obs_doc`, `action_doc`,
+    `random_return`, `reference_return`) and implement `xml`, `init`, `observe` and `reward_terms`.
+    """
+
+    name: ClassVar[str]
+    config_class: ClassVar[type[TaskConfig]] = TaskConfig
+    #: Undiscounted return of a uniform random policy over one default episode (for score normalisation).
+    random_return: ClassVar[float] = 0.0
+    #: Return of the reference controller (scripted or trained) named in `reference_doc`.
+    reference_return: ClassVar[float] = 0.0
+    reference_doc: ClassVar[str] = ""
+
+    def __init__(self, config: TaskConfig | None = None):
+        self.cfg = config if config is not None else self.config_class()
+        self.cfg.validate()
+        self.mj_model = mujoco.MjModel.from_xml_string(self.xml())
+        self.mj_model.opt.timestep = self.cfg.sim_dt
+        self.index = ModelIndex(self.mj_model)
+        lo, hi = self.mj_model.actuator_ctrlrange.T
+        limited = self.mj_model.actuator_ctrllimited.astype(bool)
+        self._ctrl_lo = jnp.where(limited, lo, -1.0).astype(jnp.float32)
+        self._ctrl_hi = jnp.where(limited, hi, 1.0).astype(jnp.float32)
+
+    # --- what a task defines -------------------------------------------------------------------
+    def xml(self) -> str:
+        """The MJCF model."""
+        raise NotImplementedError
+
+    def init(self, key: Array) -> tuple[Array, Array, dict[str, Array]]:
+        """Initial (qpos, qvel, info) of a new episode; `info` entries must keep fixed shapes."""
+        raise NotImplementedError
+
+    def observe(self, phys: Physics, info: dict[str, Array]) -> dict[str, Array]:
+        """Observation groups: `"policy"` (and optionally `"critic"`), each a flat float32 vector."""
+        raise NotImplementedError
+
+    def reward_terms(self, phys: Physics, action: Array, info: dict[str, Array]) -> dict[str, Array]:
+        """Named reward terms of one control step (unscaled); logged as `reward/<name>`."""
+        raise NotImplementedError
+
+    def reward(self, terms: dict[str, Array]) -> Array:
+        """Combine the terms; the default is the scaled sum."""
+        scales = self.cfg.reward_scales
+        return sum(scales.get(k, 1.0) * v for k, v in terms.items())
+
+    def terminated(self, phys: Physics, info: dict[str, Array]) -> Array:
+        """Whether the episode ended in a terminal state (not a time-out); default never."""
+        return jnp.zeros((), dtype=bool)
+
+    def update_info(self, phys: Physics, action: Array, info: dict[str, Array]) -> dict[str, Array]:
+        """Task bookkeeping after each control step (e.g. the previous action); default unchanged."""
+        return info
+
+    # --- derived ---------------------------------------------------------------------------------
+    @property
+    def num_actions(self) -> int:
+        return int(self.mj_model.nu)
+
+    def action_to_ctrl(self, action: Array) -> Array:
+        """Map an action in [-1, 1] (clipped) to the actuators' control range."""
+        a = jnp.clip(action, -1.0, 1.0)
+        return self._ctrl_lo + (a + 1.0) * 0.5 * (self._ctrl_hi - self._ctrl_lo)
+
+    @classmethod
+    def describe(cls) -> str:
+        """The task's documentation (its docstring), for `robolearn tasks` and the docs."""
+        doc = next((c.__doc__ for c in cls.__mro__ if c.__doc__ and c is not Task), cls.name)
+        return doc.strip()
+
+
+def tolerance(x: Array, bounds: tuple[float, float] = (0.0, 0.0), margin: float = 0.0,
+              sigmoid: str = "gaussian", value_at_margin: float = 0.1) -> Array:
+    """DM-Control-style shaped reward: 1 inside `bounds`, decaying with distance outside.
+
+    At a distance of `margin` from the bounds the value is `value_at_margin`; `sigmoid` picks the
+    decay shape ("gaussian" or "quadratic", the two the DM Control tasks here use).
+    """
+    lo, hi = bounds
+    in_bounds = (lo <= x) & (x <= hi)
+    if margin == 0:
+        return jnp.where(in_bounds, 1.0, 0.0)
+    d = jnp.where(x < lo, lo - x, x - hi) / margin
+    if sigmoid == "gaussian":
+        scale = jnp.sqrt(-2.0 * jnp.log(value_at_margin))
+        value = jnp.exp(-0.5 * (d * scale) ** 2)
+    elif sigmoid == "quadratic":
+        scaled = d * jnp.sqrt(1.0 - value_at_margin)
+        value = jnp.where(jnp.abs(scaled) < 1.0, 1.0 - scaled**2, 0.0)
+    else:
+        raise ConfigError(f"unknown sigmoid {sigmoid!r}; use 'gaussian' or 'quadratic'")
+    return jnp.where(in_bounds, 1.0, value)

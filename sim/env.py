@@ -1,0 +1,107 @@
+"""A task on a backend as pure JAX functions, and the batched auto-reset step built on them.
+
+`Env.reset(key)` and `Env.step(state, action)` are unbatched and pure: they add the episode
+bookkeeping (step counter, truncation at `episode_length`, action repeat) to the task. Batching is
+`jax.vmap`; `Env.batched_step` adds auto-reset on top and keeps the true final observation of every
+env that finished (`final_obs`), which the anchors drop, so that time-outs can bootstrap correctly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from sim.core import State, Task
+
+
+class Env:
+    """One task on one backend; pure functions only, no hidden state."""
+
+    def __init__(self, task: Task, backend: Any):
+        self.task = task
+        self.backend = backend
+        self.cfg = task.cfg
+
+    # --- unbatched ------------------------------------------------------------------------------
+    def reset(self, key: jax.Array) -> State:
+        """Start a new episode."""
+        return self._reset(key, jnp.ones((), dtype=bool))
+
+    def _reset(self, key: jax.Array, active: jax.Array) -> State:
+        key, init_key = jax.random.split(key)
+        qpos, qvel, info = self.task.init(init_key)
+        data = self.backend.init_data(qpos, qvel, active)
+        info = {**info, "rng": key, "steps": jnp.zeros((), jnp.int32)}
+        obs = self.task.observe(self.backend.view(data), info)
+        zeros = jnp.zeros((), jnp.float32)
+        terms = self.task.reward_terms(self.backend.view(data), jnp.zeros(self.task.num_actions), info)
+        metrics = {f"reward/{k}": jnp.zeros_like(v, dtype=jnp.float32) for k, v in terms.items()}
+        return State(data=data, obs=obs, reward=zeros, terminated=jnp.zeros((), bool),
+                     truncated=jnp.zeros((), bool), info=info, metrics=metrics)
+
+    def step(self, state: State, action: jax.Array) -> State:
+        """One control step: `action_repeat` task steps, rewards summed, then the episode clock."""
+        task, cfg = self.task, self.cfg
+        ctrl = task.action_to_ctrl(action)
+
+        def one(carry, _):
+            data, info, reward, terminated, terms_sum = carry
+            data = self.backend.step(data, ctrl, cfg.n_substeps)
+            phys = self.backend.view(data)
+            terms = task.reward_terms(phys, action, info)
+            # A repeat that starts from a terminal state adds nothing.
+            live = ~terminated
+            reward = reward + jnp.where(live, task.reward(terms), 0.0)
+            terms_sum = {k: terms_sum[k] + jnp.where(live, v, 0.0) for k, v in terms.items()}
+            info = task.update_info(phys, action, info)
+            terminated = terminated | task.terminated(phys, info)
+            return (data, info, reward, terminated, terms_sum), None
+
+        zero_terms = {k[len("reward/"):]: jnp.zeros_like(v) for k, v in state.metrics.items()
+                      if k.startswith("reward/")}
+        carry = (state.data, state.info, jnp.zeros((), jnp.float32), jnp.zeros((), bool), zero_terms)
+        if cfg.action_repeat == 1:
+            carry, _ = one(carry, None)
+        else:
+            carry, _ = jax.lax.scan(one, carry, None, length=cfg.action_repeat)
+        data, info, reward, terminated, terms_sum = carry
+        steps = state.info["steps"] + 1
+        info = {**info, "steps": steps}
+        truncated = (steps >= cfg.episode_length) & ~terminated
+        obs = task.observe(self.backend.view(data), info)
+        metrics = {**state.metrics, **{f"reward/{k}": v.astype(jnp.float32) for k, v in terms_sum.items()}}
+        return State(data=data, obs=obs, reward=reward.astype(jnp.float32), terminated=terminated,
+                     truncated=truncated, info=info, metrics=metrics)
+
+    # --- batched ---------------------------------------------------------------------------------
+    def batched_reset(self, keys: jax.Array) -> State:
+        return jax.vmap(self.reset)(keys)
+
+    def batched_step(self, state: State, action: jax.Array) -> tuple[State, dict[str, jax.Array]]:
+        """Step every env, reset the finished ones in place, return the true final observations.
+
+        Returns the next state (observations of reset envs are their new first observations) and
+        `final_obs`: the observation each env reached this step, before any reset. Physics is only
+        re-initialised for envs that finished (the C backend skips the others entirely).
+        """
+        stepped = jax.vmap(self.step)(state, action)
+        done = stepped.terminated | stepped.truncated
+
+        def do_reset(_):
+            fresh = jax.vmap(self._reset)(stepped.info["rng"], done)
+
+            def pick(new, old):
+                mask = done.reshape(done.shape + (1,) * (old.ndim - 1))
+                return jnp.where(mask, new, old)
+
+            merged = stepped.replace(
+                data=jax.tree.map(pick, fresh.data, stepped.data),
+                obs=jax.tree.map(pick, fresh.obs, stepped.obs),
+                info=jax.tree.map(pick, fresh.info, stepped.info),
+            )
+            return merged
+
+        next_state = jax.lax.cond(jnp.any(done), do_reset, lambda _: stepped, None)
+        return next_state, stepped.obs

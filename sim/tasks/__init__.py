@@ -1,0 +1,19 @@
+"""The task registry: every task by name."""
+
+from __future__ import annotations
+
+from sim.core import Task
+from sim.errors import UnknownTaskError
+from sim.tasks.cartpole import CartpoleBalance, CartpoleSwingup
+from sim.tasks.pendulum import PendulumSwingup
+from sim.tasks.point_mass import PointMass
+
+TASKS: dict[str, type[Task]] = {t.name: t for t in (CartpoleBalance, CartpoleSwingup, PendulumSwingup, PointMass)}
+
+
+def get_task_class(name: str) -> type[Task]:
+    """The task class registered under `name`; an unknown name raises with the list of valid ones."""
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise UnknownTaskError(f"unknown task {name!r}; available tasks: {sorted(TASKS)}") from None

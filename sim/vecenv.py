@@ -1,0 +1,152 @@
+"""The torch VecEnv: rsl_rl / IsaacGym-style batched environments over a jitted JAX step.
+
+The whole step (physics, task math, episode clock, auto-reset) is one jitted JAX call; tensors
+cross to torch by DLPack (zero-copy on the same device) and observations come back as a
+`TensorDict` of observation groups, as rsl_rl >= 3 expects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from sim.core import State, Task
+from sim.env import Env
+from sim.errors import ActionError, ConfigError
+
+
+def to_torch(x: jax.Array, device: torch.device) -> torch.Tensor:
+    """JAX array -> torch tensor, zero-copy when both live on the same device."""
+    t = torch.from_dlpack(x)
+    return t if t.device == device else t.to(device)
+
+
+def to_jax(t: torch.Tensor, like_gpu: bool) -> jax.Array:
+    """torch tensor -> JAX array; zero-copy on GPU, a cheap host copy on CPU."""
+    t = t.detach()
+    if like_gpu and t.is_cuda:
+        return jax.dlpack.from_dlpack(t.contiguous())
+    return jnp.asarray(t.cpu().numpy())
+
+
+class VecEnv:
+    """`num_envs` copies of a task, stepped together; compatible with rsl_rl's `VecEnv`.
+
+    Attributes: `num_envs`, `num_actions`, `max_episode_length`, `device`, `cfg`, and the settable
+    `episode_length_buf`. `step` returns `(obs, rewards[N], dones[N], extras)` with
+    `extras["time_outs"]` (episode ended by the time limit, not a terminal state),
+    `extras["final_obs"]` (the observation each env reached before an auto-reset, for bootstrapping
+    at time-outs) and `extras["log"]` (per-step means of every reward term).
+    """
+
+    def __init__(self, task: Task, backend: Any, num_envs: int, device: torch.device, seed: int = 0,
+                 check_actions: bool = True):
+        if num_envs < 1:
+            raise ConfigError(f"num_envs must be >= 1, got {num_envs}")
+        self.task = task
+        self.backend = backend
+        self.env = Env(task, backend)
+        self.num_envs = int(num_envs)
+        self.num_actions = task.num_actions
+        self.max_episode_length = int(task.cfg.episode_length)
+        self.device = device
+        self.check_actions = check_actions
+        self.cfg: dict[str, Any] = {"task": task.name, "backend": backend.name, "num_envs": self.num_envs,
+                                    "seed": seed, **dataclasses.asdict(task.cfg)}
+        self._on_gpu = backend.name == "mjx" and jax.default_backend() == "gpu"
+        self._reset_fn = jax.jit(self.env.batched_reset)
+        self._step_fn = jax.jit(self._step_and_log)
+        self.seed = int(seed)
+        self.state: State = self._reset_fn(self._keys())
+        self.observation_shapes = {k: tuple(v.shape[1:]) for k, v in self.state.obs.items()}
+
+    # --- rsl_rl VecEnv contract ------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> TensorDict:
+        """Reset every env to a new episode (a new `seed` re-seeds them all); returns the observations.
+
+        The same seed gives the same initial states: env i's randomness depends only on (seed, i).
+        """
+        if seed is not None:
+            self.seed = int(seed)
+        self.state = self._reset_fn(self._keys())
+        return self.get_observations()
+
+    def _keys(self) -> jax.Array:
+        return jax.random.split(jax.random.PRNGKey(self.seed), self.num_envs)
+
+    def get_observations(self) -> TensorDict:
+        """The current observations; never resets."""
+        return self._obs_to_torch(self.state.obs)
+
+    def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        actions = self._validate(actions)
+        self.state, final_obs, log = self._step_fn(self.state, to_jax(actions, self._on_gpu))
+        s = self.state
+        obs = self._obs_to_torch(s.obs)
+        rewards = to_torch(s.reward, self.device)
+        terminated = to_torch(s.terminated, self.device)
+        time_outs = to_torch(s.truncated, self.device)
+        dones = (terminated | time_outs).long()
+        extras = {
+            "time_outs": time_outs,
+            "terminated": terminated,
+            "final_obs": self._obs_to_torch(final_obs),
+            "log": {k: to_torch(v, self.device) for k, v in log.items()},
+        }
+        return obs, rewards, dones, extras
+
+    @property
+    def episode_length_buf(self) -> torch.Tensor:
+        """Control steps taken in each env's current episode (a copy; assign to change it)."""
+        return to_torch(self.state.info["steps"], self.device).clone()
+
+    @episode_length_buf.setter
+    def episode_length_buf(self, value: torch.Tensor) -> None:
+        value = torch.as_tensor(value)
+        if value.shape != (self.num_envs,):
+            raise ConfigError(f"episode_length_buf must have shape ({self.num_envs},), got {tuple(value.shape)}")
+        steps = jnp.asarray(value.detach().cpu().numpy().astype(np.int32))
+        self.state = self.state.replace(info={**self.state.info, "steps": steps})
+
+    def close(self) -> None:
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
+
+    # --- helpers ---------------------------------------------------------------------------------
+    def _step_and_log(self, state: State, actions: jax.Array):
+        state, final_obs = self.env.batched_step(state, actions)
+        log = {k: jnp.mean(v) for k, v in state.metrics.items()}
+        return state, final_obs, log
+
+    def _obs_to_torch(self, obs: dict[str, jax.Array]) -> TensorDict:
+        return TensorDict({k: to_torch(v, self.device) for k, v in obs.items()},
+                          batch_size=[self.num_envs], device=self.device)
+
+    def _validate(self, actions: torch.Tensor) -> torch.Tensor:
+        if not isinstance(actions, torch.Tensor):
+            actions = torch.as_tensor(np.asarray(actions), dtype=torch.float32)
+        if actions.shape != (self.num_envs, self.num_actions):
+            raise ActionError(f"actions must have shape (num_envs, num_actions) = "
+                              f"({self.num_envs}, {self.num_actions}), got {tuple(actions.shape)}")
+        actions = actions.to(torch.float32)
+        if self.check_actions and not bool(torch.isfinite(actions).all()):
+            bad = (~torch.isfinite(actions)).any(dim=1).nonzero().flatten()[:5].tolist()
+            raise ActionError(f"actions contain NaN or inf (envs {bad}...); check the policy's outputs, "
+                              f"or pass check_actions=False to sim.make to skip this check")
+        return actions
+
+    def qpos(self, env_id: int = 0) -> np.ndarray:
+        """Joint positions of one env (float64 where the backend keeps them), for rendering."""
+        qpos = self.backend.qpos64(self.state.data)
+        return np.asarray(qpos)[env_id].astype(np.float64)
+
+    def __repr__(self) -> str:
+        return (f"VecEnv({self.task.name!r}, num_envs={self.num_envs}, backend={self.backend.name!r}, "
+                f"device={self.device})")
