@@ -11,7 +11,11 @@ MJX on a CPU). The same task definition runs on both.
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+if not os.environ.get("DISPLAY"):
+    os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; see sim/rendering.py
 
 from sim import _jax  # noqa: F401  (JAX set-up before anything imports jax)
 from sim.core import Physics, State, Task, TaskConfig, apply_overrides
@@ -104,7 +108,7 @@ def make_sb3(name: str, num_envs: int = 8, **kwargs: Any):
 
 
 def render(*args: Any, **kwargs: Any):
-    """Roll out a policy and write a video; see `sim.render.render_rollout`."""
-    from sim.render import render_rollout
+    """Roll out a policy and write a video; see `sim.rendering.render_rollout`."""
+    from sim.rendering import render_rollout
 
     return render_rollout(*args, **kwargs)

@@ -1,0 +1,95 @@
+"""Offscreen rendering of rollouts to mp4 or gif through MuJoCo's renderer.
+
+Headless machines: MuJoCo needs an OpenGL platform. `sim` sets `MUJOCO_GL=egl` when no display is
+set and the user chose none; on Debian/Ubuntu that needs `libegl1 libegl-mesa0 libgl1-mesa-dri`
+(`apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri`). `MUJOCO_GL=osmesa` works too with
+`libosmesa6`. On an NVIDIA machine EGL uses the GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import mujoco
+import numpy as np
+import torch
+
+from sim.core import Task
+
+
+class Renderer:
+    """Renders frames of one task's model from joint positions."""
+
+    def __init__(self, task: Task, width: int = 320, height: int = 240, camera: str | int | None = None):
+        model = task.mj_model
+        self.model = model
+        self.data = mujoco.MjData(model)
+        width = min(width, model.vis.global_.offwidth)
+        height = min(height, model.vis.global_.offheight)
+        self._renderer = mujoco.Renderer(model, height=height, width=width)
+        if camera is None:
+            camera = 0 if model.ncam > 0 else -1
+        self.camera = camera
+
+    def frame(self, qpos: np.ndarray) -> np.ndarray:
+        """An RGB frame (uint8 [H, W, 3]) of the model at `qpos`."""
+        self.data.qpos[:] = qpos
+        mujoco.mj_forward(self.model, self.data)
+        self._renderer.update_scene(self.data, camera=self.camera)
+        return self._renderer.render().copy()
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+
+
+def write_video(frames: list[np.ndarray], path: str | Path, fps: int) -> Path:
+    """Write frames to `path`: .mp4 (ffmpeg from imageio-ffmpeg) or .gif."""
+    import warnings
+
+    import imageio.v2 as imageio
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".gif":
+        imageio.mimsave(path, frames, duration=1.0 / fps, loop=0)
+    elif path.suffix == ".mp4":
+        with warnings.catch_warnings():  # ffmpeg runs as a subprocess (fork+exec); JAX warns about fork
+            warnings.filterwarnings("ignore", message=".*os.fork.*")
+            imageio.mimsave(path, frames, fps=fps, macro_block_size=1)
+    else:
+        raise ValueError(f"video path must end in .mp4 or .gif, got {path.name!r}")
+    return path
+
+
+def render_rollout(task: str, policy: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                   path: str | Path = "rollout.mp4", num_steps: int | None = None, seed: int = 0,
+                   width: int = 320, height: int = 240, camera: str | int | None = None,
+                   fps: int | None = None, **overrides) -> Path:
+    """Roll out `policy` (observation TensorDict -> actions [1, A]; random if None) and write a video.
+
+    Renders every control step of one episode (or `num_steps`), on the CPU backend.
+    """
+    import sim
+
+    env = sim.make(task, num_envs=1, backend="mujoco", seed=seed, **overrides)
+    renderer = Renderer(env.task, width=width, height=height, camera=camera)
+    gen = torch.Generator().manual_seed(seed)
+    try:
+        steps = num_steps or env.max_episode_length
+        obs = env.get_observations()
+        frames = [renderer.frame(env.qpos(0))]
+        for _ in range(steps):
+            with torch.no_grad():
+                act = policy(obs) if policy is not None else torch.rand(1, env.num_actions, generator=gen) * 2 - 1
+            obs, _, dones, _ = env.step(act)
+            frames.append(renderer.frame(env.qpos(0)))
+            if num_steps is None and bool(dones[0]):
+                break
+    finally:
+        renderer.close()
+        env.close()
+    ctrl_dt = env.task.cfg.ctrl_dt * env.task.cfg.action_repeat
+    return write_video(frames, path, fps or max(1, round(1.0 / ctrl_dt)))

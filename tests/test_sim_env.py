@@ -1,0 +1,165 @@
+"""The VecEnv contract: backends agree, final_obs and time-outs, determinism, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import sim
+
+TASKS = sim.list_tasks()
+
+
+def _rollout(env, steps: int, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    obs, rews = [env.get_observations()["policy"].clone()], []
+    for _ in range(steps):
+        act = torch.rand(env.num_envs, env.num_actions, generator=gen) * 2 - 1
+        o, r, _, _ = env.step(act)
+        obs.append(o["policy"].clone())
+        rews.append(r.clone())
+    return torch.stack(obs), torch.stack(rews)
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_backends_agree(name):
+    """Same task, seed and actions: MJX (float32) and MuJoCo C (float64) trajectories agree within 1e-4."""
+    a = sim.make(name, num_envs=4, backend="mujoco", seed=7)
+    b = sim.make(name, num_envs=4, backend="mjx", seed=7)
+    oa, ra = _rollout(a, 60)
+    ob, rb = _rollout(b, 60)
+    torch.testing.assert_close(oa, ob, atol=1e-4, rtol=0)
+    torch.testing.assert_close(ra, rb, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("backend", ["mujoco", "mjx"])
+def test_final_obs_and_time_outs(backend):
+    """At the time limit: dones and time_outs set, final_obs is the pre-reset state, obs is a fresh start."""
+    env = sim.make("cartpole-swingup", num_envs=3, backend=backend, episode_length=5)
+    zero = torch.zeros(3, 1)
+    for t in range(4):
+        obs, _, dones, extras = env.step(zero)
+        assert not dones.any() and not extras["time_outs"].any()
+        torch.testing.assert_close(extras["final_obs"]["policy"], obs["policy"])
+        before = obs["policy"].clone()
+    obs, rew, dones, extras = env.step(zero)
+    assert dones.tolist() == [1, 1, 1]
+    assert extras["time_outs"].all() and not extras["terminated"].any()
+    final = extras["final_obs"]["policy"]
+    # final_obs continues the trajectory (small step from `before`); obs restarts near hanging-down.
+    assert (final - before).abs().max() < 0.5
+    assert not torch.allclose(final, obs["policy"])
+    assert torch.allclose(obs["policy"][:, 1], torch.full((3,), -1.0), atol=1e-3)  # cos(pi + eps)
+    assert env.episode_length_buf.tolist() == [0, 0, 0]
+    # The episode after the reset runs its full length again.
+    for _ in range(4):
+        _, _, dones, _ = env.step(zero)
+        assert not dones.any()
+
+
+def test_envs_finish_independently():
+    """Envs at different episode clocks reset one by one; the others keep stepping untouched."""
+    env = sim.make("pendulum-swingup", num_envs=3, episode_length=10)
+    env.episode_length_buf = torch.tensor([0, 5, 9])
+    obs, _, dones, extras = env.step(torch.zeros(3, 1))
+    assert dones.tolist() == [0, 0, 1]
+    assert extras["time_outs"].tolist() == [False, False, True]
+    assert env.episode_length_buf.tolist() == [1, 6, 0]
+    torch.testing.assert_close(extras["final_obs"]["policy"][:2], obs["policy"][:2])
+
+
+def test_get_observations_never_resets():
+    env = sim.make("cartpole-balance", num_envs=2)
+    env.step(torch.ones(2, 1))
+    a = env.get_observations()["policy"].clone()
+    b = env.get_observations()["policy"].clone()
+    torch.testing.assert_close(a, b)
+    assert env.episode_length_buf.tolist() == [1, 1]
+
+
+@pytest.mark.parametrize("backend", ["mujoco", "mjx"])
+def test_determinism_by_seed(backend):
+    o1, r1 = _rollout(sim.make("point-mass", num_envs=4, backend=backend, seed=3), 30)
+    o2, r2 = _rollout(sim.make("point-mass", num_envs=4, backend=backend, seed=3), 30)
+    o3, _ = _rollout(sim.make("point-mass", num_envs=4, backend=backend, seed=4), 30)
+    assert torch.equal(o1, o2) and torch.equal(r1, r2)
+    assert not torch.equal(o1, o3)
+
+
+def test_env_i_depends_only_on_seed_and_index():
+    """Env 0 starts the same whatever the batch size, so results do not depend on num_envs."""
+    small = sim.make("cartpole-swingup", num_envs=2, seed=11).get_observations()["policy"]
+    big = sim.make("cartpole-swingup", num_envs=5, seed=11).get_observations()["policy"]
+    torch.testing.assert_close(small[0], big[0])
+    env = sim.make("cartpole-swingup", num_envs=2, seed=11)
+    env.step(torch.zeros(2, 1))
+    torch.testing.assert_close(env.reset(seed=11)["policy"], small)
+
+
+def test_thread_count_does_not_change_results():
+    o1, _ = _rollout(sim.make("cartpole-swingup", num_envs=16, backend="mujoco", nthread=1), 20)
+    o2, _ = _rollout(sim.make("cartpole-swingup", num_envs=16, backend="mujoco", nthread=2), 20)
+    assert torch.equal(o1, o2)
+
+
+def test_action_repeat_sums_rewards():
+    env = sim.make("cartpole-balance", num_envs=2, action_repeat=4, episode_length=3)
+    _, rew, _, extras = env.step(torch.zeros(2, 1))
+    assert (rew > 1.0).all() and (rew <= 4.0).all()  # four sub-rewards, each in (0, 1]
+    env.step(torch.zeros(2, 1))
+    _, _, dones, extras = env.step(torch.zeros(2, 1))
+    assert dones.all() and extras["time_outs"].all()
+
+
+def test_log_has_reward_terms():
+    env = sim.make("cartpole-swingup", num_envs=2)
+    _, _, _, extras = env.step(torch.zeros(2, 1))
+    assert set(extras["log"]) == {"reward/upright", "reward/centered", "reward/small_control", "reward/small_velocity"}
+    assert all(v.ndim == 0 for v in extras["log"].values())
+
+
+def test_contract_attributes():
+    env = sim.make("cartpole-swingup", num_envs=3)
+    assert env.num_envs == 3 and env.num_actions == 1 and env.max_episode_length == 1000
+    assert env.device == torch.device("cpu")
+    assert env.cfg["task"] == "cartpole-swingup" and env.cfg["backend"] == "mujoco"
+    obs = env.get_observations()
+    assert obs.batch_size == torch.Size([3]) and obs["policy"].shape == (3, 5) and obs["policy"].dtype == torch.float32
+
+
+def test_clear_errors():
+    with pytest.raises(sim.UnknownTaskError, match="available tasks"):
+        sim.make("cartpole-swingdown")
+    with pytest.raises(sim.ConfigError, match="episode_lenght"):
+        sim.make("cartpole-swingup", episode_lenght=10)
+    with pytest.raises(sim.ConfigError, match="must be >= 1"):
+        sim.make("cartpole-swingup", episode_length=0)
+    with pytest.raises(sim.ConfigError, match="integer"):
+        sim.make("cartpole-swingup", episode_length=2.5)
+    with pytest.raises(sim.ConfigError, match="backend"):
+        sim.make("cartpole-swingup", backend="physx")
+    env = sim.make("cartpole-swingup", num_envs=2)
+    with pytest.raises(sim.ActionError, match=r"shape .*\(2, 1\)"):
+        env.step(torch.zeros(2, 3))
+    with pytest.raises(sim.ActionError, match="NaN"):
+        env.step(torch.tensor([[0.0], [float("nan")]]))
+    with pytest.raises(sim.ConfigError, match="shape"):
+        env.episode_length_buf = torch.zeros(5)
+
+
+def test_unbatched_contract_is_pure_jax():
+    """Task functions are pure and unbatched: reset(key) and step(state, action) with no env axis."""
+    import jax
+    import jax.numpy as jnp
+
+    from sim.backends.mjx_backend import MjxBackend
+    from sim.env import Env
+
+    task = sim.make_task("cartpole-balance")
+    env = Env(task, MjxBackend(task.mj_model))
+    s0 = jax.jit(env.reset)(jax.random.PRNGKey(0))
+    s1 = jax.jit(env.step)(s0, jnp.zeros(1))
+    assert s0.obs["policy"].shape == (5,) and s1.reward.shape == ()
+    assert int(s1.info["steps"]) == 1 and float(s1.reward) > 0.9
+    assert np.asarray(s1.data.qpos).shape == (2,)
