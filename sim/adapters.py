@@ -134,7 +134,8 @@ class SB3VecEnv(_SB3VecEnvBase):
         self.vec_env.close()
 
     def get_attr(self, attr_name: str, indices=None) -> list[Any]:
-        return [getattr(self.vec_env, attr_name)] * len(self._get_indices(indices))
+        value = "rgb_array" if attr_name == "render_mode" else getattr(self.vec_env, attr_name)
+        return [value] * len(self._get_indices(indices))
 
     def set_attr(self, attr_name: str, value: Any, indices=None) -> None:
         setattr(self.vec_env, attr_name, value)

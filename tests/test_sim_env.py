@@ -38,7 +38,7 @@ def test_final_obs_and_time_outs(backend):
     """At the time limit: dones and time_outs set, final_obs is the pre-reset state, obs is a fresh start."""
     env = sim.make("cartpole-swingup", num_envs=3, backend=backend, episode_length=5)
     zero = torch.zeros(3, 1)
-    for t in range(4):
+    for _t in range(4):
         obs, _, dones, extras = env.step(zero)
         assert not dones.any() and not extras["time_outs"].any()
         torch.testing.assert_close(extras["final_obs"]["policy"], obs["policy"])

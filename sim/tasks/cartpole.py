@@ -43,7 +43,8 @@ XML = """
     <geom name="rail1" type="capsule" pos="0  .07 1" zaxis="1 0 0" size="0.02 2" material="decoration"/>
     <geom name="rail2" type="capsule" pos="0 -.07 1" zaxis="1 0 0" size="0.02 2" material="decoration"/>
     <body name="cart" pos="0 0 1">
-      <joint name="slider" type="slide" limited="true" axis="1 0 0" range="-1.8 1.8" solreflimit=".08 1" damping="5e-4"/>
+      <joint name="slider" type="slide" limited="true" axis="1 0 0" range="-1.8 1.8"
+             solreflimit=".08 1" damping="5e-4"/>
       <geom name="cart" type="box" size="0.2 0.15 0.1" material="self" mass="1"/>
       <body name="pole_1">
         <joint name="hinge_1" type="hinge" axis="0 1 0" damping="2e-6"/>

@@ -1,0 +1,31 @@
+# The README's commands. Each bootstraps .venv itself (idempotent: reinstalls only when pyproject.toml changes).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install train test lint bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@# torch==2.13.0 first: on these machines it resolves to the local CPU wheel, not the CUDA build.
+	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+train: $(STAMP)
+	$(BIN)/robolearn train
+
+test: $(STAMP)
+	$(BIN)/python -m pytest tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/sim_throughput.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""torch policies and value functions (plain `nn.Module`s, no training logic)."""

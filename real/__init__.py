@@ -1,0 +1,1 @@
+"""The ROS 2 bridge: transports, policy runner, safety layer, robot adapters, recorder."""
