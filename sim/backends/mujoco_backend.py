@@ -79,7 +79,7 @@ class MujocoBackend:
     # --- host side ---------------------------------------------------------------------------------
     def _split(self, state: np.ndarray, sensordata: np.ndarray, lead: tuple[int, ...]):
         m = self.model
-        bits = state.view(np.uint32).reshape(*lead, 2 * self.nstate)
+        bits = np.ascontiguousarray(state).view(np.uint32).reshape(*lead, 2 * self.nstate)
         qpos = state[:, self._qpos_at:self._qpos_at + m.nq].astype(np.float32).reshape(*lead, m.nq)
         qvel = state[:, self._qvel_at:self._qvel_at + m.nv].astype(np.float32).reshape(*lead, m.nv)
         sens = sensordata.astype(np.float32).reshape(*lead, m.nsensordata)
@@ -106,16 +106,18 @@ class MujocoBackend:
         lead = np.shape(bits)[:-1]
         state0 = _batched(bits, 2 * self.nstate).view(np.float64)
         n = state0.shape[0]
-        control = np.repeat(_batched(ctrl, m.nu).astype(np.float64)[:, None, :], n_substeps, axis=1)
+        control = _batched(ctrl, m.nu).astype(np.float64)[:, None, :]
+        if n_substeps > 1:
+            control = np.ascontiguousarray(np.broadcast_to(control, (n, n_substeps, m.nu)))
         if len(self._models) != n:
             self._models = [m] * n
+            self._warmstart = np.zeros((n, m.nv))
         state = np.empty((n, n_substeps, self.nstate))
         sens = np.empty((n, n_substeps, m.nsensordata))
         # Warm-start from zero every call: results then never depend on which thread ran an env.
-        self._pool.rollout(self._models, self._datas, state0, np.ascontiguousarray(control),
-                           nstep=n_substeps, initial_warmstart=np.zeros((n, m.nv)),
-                           state=state, sensordata=sens, skip_checks=True)
-        return self._split(np.ascontiguousarray(state[:, -1]), sens[:, -1], lead)
+        self._pool.rollout(self._models, self._datas, state0, control, nstep=n_substeps,
+                           initial_warmstart=self._warmstart, state=state, sensordata=sens, skip_checks=True)
+        return self._split(state[:, -1], sens[:, -1], lead)
 
     # --- JAX side (traced into the environment's jitted step) --------------------------------------
     def init_data(self, qpos: jax.Array, qvel: jax.Array, active: jax.Array | None = None) -> CData:

@@ -1,0 +1,143 @@
+"""Scripted reference controllers for every task, and the returns used to normalise scores.
+
+A learning curve means little without two anchors: what a policy that knows nothing scores, and what
+a competent one scores. This module supplies both, measured the same way for every task:
+
+    normalized score = 100 * (R - random) / (reference - random)
+
+where `random` is the return of uniform random actions and `reference` the return of the scripted
+controller below, both from `measure_returns` (one 1000-step episode, mean over envs). A score of
+100 means "as good as a hand-written controller", not "optimal": a trained agent may exceed it.
+
+The controllers are classical, need no training and read only the `"policy"` observation, so they
+are deterministic, cheap and easy to audit:
+
+- `cartpole-balance`: linear state feedback u = k . (x, theta, x_dot, theta_dot), with gains from a
+  discrete LQR design on the model linearised about upright, then tuned on the task's reward.
+- `cartpole-swingup`: energy-shaping swing-up (push the cart so the pole's mechanical energy moves
+  towards that of the upright pole at rest, with a spring-damper keeping the cart near the centre),
+  handing over to linear stabilisation once the pole is near upright.
+- `pendulum-swingup`: the motor (1 N m against a 4.9 N m gravity torque) cannot lift the ball
+  directly, so it pumps energy, torque along the angular velocity until the pendulum carries the
+  energy of the upright position, then a saturated PD controller holds it upright.
+- `point-mass`: a saturated PD controller driving the ball to the target at the origin.
+
+Gains were tuned empirically (grid and random search on many envs, seeds other than 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+Policy = Callable[[torch.Tensor], torch.Tensor]
+
+# --- cartpole ------------------------------------------------------------------------------------
+# Observation: [x, cos(theta), sin(theta), x_dot, theta_dot]; theta = 0 upright.
+# Balance gains on (x, theta, x_dot, theta_dot); the action is u = k . state.
+CARTPOLE_BALANCE_GAINS = (0.886, 9.77, 1.53, 2.57)
+# Swing-up: energy pumping gain, cart centring (position, velocity), hand-over threshold on cos(theta),
+# and the stabilising gains used once near the top.
+CARTPOLE_SWINGUP_PUMP = 5.0
+CARTPOLE_SWINGUP_CENTER = (1.0, 1.0)
+CARTPOLE_SWINGUP_SWITCH_COS = 0.9
+CARTPOLE_SWINGUP_GAINS = (0.886, 9.77, 1.53, 2.57)
+
+# Pole parameters (a 0.1 kg, 1 m capsule hinged at one end): centre of mass and inertia about the hinge.
+_POLE_MASS = 0.1
+_POLE_COM = 0.5
+_POLE_INERTIA = _POLE_MASS * 1.0**2 / 3.0
+_GRAVITY = 9.81
+
+
+def _cartpole_linear(obs: torch.Tensor, gains: tuple[float, float, float, float]) -> torch.Tensor:
+    theta = torch.atan2(obs[:, 2], obs[:, 1])
+    kx, kth, kv, kw = gains
+    return kx * obs[:, 0] + kth * theta + kv * obs[:, 3] + kw * obs[:, 4]
+
+
+def cartpole_balance_policy(obs: torch.Tensor) -> torch.Tensor:
+    """LQR-style linear state feedback about the upright equilibrium."""
+    return _cartpole_linear(obs, CARTPOLE_BALANCE_GAINS).clamp(-1.0, 1.0).unsqueeze(-1)
+
+
+def cartpole_swingup_policy(obs: torch.Tensor) -> torch.Tensor:
+    """Energy-shaping swing-up with cart centring, switching to linear stabilisation near upright."""
+    x, cos, sin, v, w = obs.unbind(-1)
+    # Energy relative to the upright pole at rest (0 there, negative below).
+    energy = 0.5 * _POLE_INERTIA * w**2 + _POLE_MASS * _GRAVITY * _POLE_COM * (cos - 1.0)
+    kp, kd = CARTPOLE_SWINGUP_CENTER
+    pump = CARTPOLE_SWINGUP_PUMP * energy * w * cos
+    swing = pump - kp * x - kd * v
+    stabilise = _cartpole_linear(obs, CARTPOLE_SWINGUP_GAINS)
+    del sin
+    u = torch.where(cos > CARTPOLE_SWINGUP_SWITCH_COS, stabilise, swing)
+    return u.clamp(-1.0, 1.0).unsqueeze(-1)
+
+
+# --- pendulum ------------------------------------------------------------------------------------
+# Observation: [cos(theta), sin(theta), theta_dot]; theta = 0 upright. Ball of 1 kg at 0.5 m.
+_PEND_MGL = 1.0 * _GRAVITY * 0.5
+_PEND_INERTIA = 1.0 * 0.5**2
+PENDULUM_PUMP = 10.0
+PENDULUM_PD = (5.0, 1.0)
+PENDULUM_SWITCH_COS = 0.9
+
+
+def pendulum_swingup_policy(obs: torch.Tensor) -> torch.Tensor:
+    """Energy pumping (torque along the velocity) then a saturated PD hold near upright."""
+    cos, sin, w = obs.unbind(-1)
+    energy = 0.5 * _PEND_INERTIA * w**2 + _PEND_MGL * (cos - 1.0)
+    pump = -PENDULUM_PUMP * energy * w
+    theta = torch.atan2(sin, cos)
+    kp, kd = PENDULUM_PD
+    hold = -kp * theta - kd * w
+    u = torch.where(cos > PENDULUM_SWITCH_COS, hold, pump)
+    return u.clamp(-1.0, 1.0).unsqueeze(-1)
+
+
+# --- point mass ----------------------------------------------------------------------------------
+# Observation: [x, y, x_dot, y_dot]; the target is the origin.
+POINT_MASS_PD = (50.0, 5.0)
+
+
+def point_mass_policy(obs: torch.Tensor) -> torch.Tensor:
+    """Saturated PD control of each axis towards the origin."""
+    kp, kd = POINT_MASS_PD
+    return (-kp * obs[:, :2] - kd * obs[:, 2:4]).clamp(-1.0, 1.0)
+
+
+REFERENCE_POLICIES: dict[str, Policy] = {
+    "cartpole-balance": cartpole_balance_policy,
+    "cartpole-swingup": cartpole_swingup_policy,
+    "pendulum-swingup": pendulum_swingup_policy,
+    "point-mass": point_mass_policy,
+}
+
+
+def measure_returns(task: str, policy: Policy | None = None, num_envs: int = 64, seed: int = 0) -> float:
+    """Mean undiscounted return of one full episode of `task` on `num_envs` envs.
+
+    `policy` maps the batched `"policy"` observation to actions in [-1, 1]; None means uniform random
+    actions from a `torch.Generator` seeded with `seed` (the envs are seeded with `seed` too).
+    """
+    import sim
+
+    env = sim.make(task, num_envs=num_envs, seed=seed)
+    try:
+        gen = torch.Generator(device=env.device).manual_seed(seed)
+        obs = env.get_observations()["policy"]
+        total = torch.zeros(num_envs, dtype=torch.float64, device=env.device)
+        for _ in range(env.max_episode_length):
+            if policy is None:
+                actions = torch.rand(num_envs, env.num_actions, generator=gen, device=env.device) * 2.0 - 1.0
+            else:
+                with torch.no_grad():
+                    actions = policy(obs).to(torch.float32)
+            obs_td, rewards, _, _ = env.step(actions)
+            obs = obs_td["policy"]
+            total += rewards.to(torch.float64)
+        return float(total.mean())
+    finally:
+        env.close()
