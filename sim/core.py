@@ -175,7 +175,8 @@ class Task:
 
     name: ClassVar[str]
     config_class: ClassVar[type[TaskConfig]] = TaskConfig
-    #: Undiscounted return of a uniform random policy over one default episode (for score normalisation).
+    #: Undiscounted return of uniform random actions over one default episode (for score normalisation),
+    #: as measured by `sim.tasks.reference.measure_returns` (64 envs, seed 0).
     random_return: ClassVar[float] = 0.0
     #: Return of the reference controller (scripted or trained) named in `reference_doc`.
     reference_return: ClassVar[float] = 0.0

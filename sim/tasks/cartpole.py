@@ -117,9 +117,15 @@ class CartpoleSwingupConfig(CartpoleConfig):
 
 class CartpoleBalance(Cartpole):
     name = "cartpole-balance"
+    random_return = 353.6
+    reference_return = 999.8
+    reference_doc = "LQR state feedback (sim/tasks/reference.py)"
     config_class = CartpoleConfig
 
 
 class CartpoleSwingup(Cartpole):
     name = "cartpole-swingup"
+    random_return = 27.5
+    reference_return = 868.2
+    reference_doc = "energy swing-up + LQR (sim/tasks/reference.py)"
     config_class = CartpoleSwingupConfig
