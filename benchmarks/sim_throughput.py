@@ -60,6 +60,8 @@ def time_vecenv(task: str, backend: str, num_envs: int, steps: int, nthread: int
     env = sim.make(task, num_envs=num_envs, backend=backend, nthread=nthread, check_actions=False)
     gen = torch.Generator().manual_seed(0)
     actions = [(torch.rand(num_envs, env.num_actions, generator=gen) * 2 - 1).to(env.device) for _ in range(8)]
+    # Desynchronised episodes, as rsl_rl's init_at_random_ep_len leaves them: resets happen every step.
+    env.episode_length_buf = torch.randint(0, env.max_episode_length, (num_envs,), generator=gen)
     for i in range(5):  # compile and warm up
         env.step(actions[i % 8])
     start = time.perf_counter()
@@ -73,8 +75,12 @@ def time_vecenv(task: str, backend: str, num_envs: int, steps: int, nthread: int
             "physics_steps_per_s": num_envs * steps * cfg.n_substeps * cfg.action_repeat / elapsed}
 
 
-def time_raw_rollout(task: str, num_envs: int, steps: int, nthread: int) -> float:
-    """Physics steps/s of one `mujoco.rollout` call: the same model, envs, threads and physics steps."""
+def time_raw_rollout(task: str, num_envs: int, steps: int, nthread: int) -> tuple[float, float]:
+    """Physics steps/s of bare `mujoco.rollout` on the same model, envs, threads and physics steps.
+
+    Two numbers: one call rolling out all `steps` (the C engine's ceiling), and one call per control
+    step feeding the state back (what any env on top of rollout must do to let a policy act).
+    """
     t = sim.make_task(task)
     m = t.mj_model
     nsub = t.cfg.n_substeps * t.cfg.action_repeat
@@ -90,8 +96,15 @@ def time_raw_rollout(task: str, num_envs: int, steps: int, nthread: int) -> floa
         pool.rollout(m, data, x0, ctrl[:, :10])  # warm the pool
         start = time.perf_counter()
         pool.rollout(m, data, x0, ctrl)
-        elapsed = time.perf_counter() - start
-    return num_envs * steps * nsub / elapsed
+        one_call = time.perf_counter() - start
+        x = x0
+        start = time.perf_counter()
+        for t in range(steps):
+            state, _ = pool.rollout(m, data, x, ctrl[:, t * nsub:(t + 1) * nsub])
+            x = state[:, -1]
+        per_step = time.perf_counter() - start
+    physics_steps = num_envs * steps * nsub
+    return physics_steps / one_call, physics_steps / per_step
 
 
 COLD_START = """
@@ -139,9 +152,11 @@ def main() -> None:
                 row = {"task": task, "backend": backend, "num_envs": n}
                 row.update(time_vecenv(task, backend, n, args.steps, args.nthread if backend == "mujoco" else None))
                 if backend == "mujoco":
-                    raw = time_raw_rollout(task, n, args.steps, args.nthread)
+                    raw, raw_stepped = time_raw_rollout(task, n, args.steps, args.nthread)
                     row["raw_rollout_physics_steps_per_s"] = raw
+                    row["raw_stepped_rollout_physics_steps_per_s"] = raw_stepped
                     row["ratio_to_raw_rollout"] = row["physics_steps_per_s"] / raw
+                    row["ratio_to_raw_stepped_rollout"] = row["physics_steps_per_s"] / raw_stepped
                 rows.append(row)
                 print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
 

@@ -34,10 +34,12 @@ class Env:
         qpos, qvel, info = self.task.init(init_key)
         data = self.backend.init_data(qpos, qvel, active)
         info = {**info, "rng": key, "steps": jnp.zeros((), jnp.int32)}
-        obs = self.task.observe(self.backend.view(data), info)
+        phys = self.backend.view(data)
+        obs = self.task.observe(phys, info)
         zeros = jnp.zeros((), jnp.float32)
-        terms = self.task.reward_terms(self.backend.view(data), jnp.zeros(self.task.num_actions), info)
-        metrics = {f"reward/{k}": jnp.zeros_like(v, dtype=jnp.float32) for k, v in terms.items()}
+        # Only the names and shapes of the reward terms are needed here: no computation.
+        terms = jax.eval_shape(self.task.reward_terms, phys, jnp.zeros(self.task.num_actions), info)
+        metrics = {f"reward/{k}": jnp.zeros(v.shape, jnp.float32) for k, v in terms.items()}
         return State(data=data, obs=obs, reward=zeros, terminated=jnp.zeros((), bool),
                      truncated=jnp.zeros((), bool), info=info, metrics=metrics)
 
@@ -83,25 +85,55 @@ class Env:
         """Step every env, reset the finished ones in place, return the true final observations.
 
         Returns the next state (observations of reset envs are their new first observations) and
-        `final_obs`: the observation each env reached this step, before any reset. Physics is only
-        re-initialised for envs that finished (the C backend skips the others entirely).
+        `final_obs`: the observation each env reached this step, before any reset.
+
+        Resets cost only what finishes: when at most `reset_slots` envs are done (the usual case once
+        episodes desynchronise) their indices are gathered and only those envs are re-initialised;
+        otherwise every env is re-initialised and the done ones selected. Both paths give the same
+        numbers, since each env's reset depends only on its own key.
         """
         stepped = jax.vmap(self.step)(state, action)
         done = stepped.terminated | stepped.truncated
+        n = done.shape[0]
+        slots = reset_slots(n)
+        count = jnp.sum(done)
 
-        def do_reset(_):
+        def reset_few(_):
+            idx = jnp.nonzero(done, size=slots, fill_value=0)[0]
+            valid = jnp.arange(slots) < count
+            fresh = jax.vmap(self._reset)(stepped.info["rng"][idx], valid)
+            target = jnp.where(valid, idx, n)  # invalid slots point past the end and are dropped
+
+            def put(new, old):
+                return old.at[target].set(new, mode="drop")
+
+            return self._merge(stepped, fresh, put)
+
+        def reset_all(_):
             fresh = jax.vmap(self._reset)(stepped.info["rng"], done)
 
             def pick(new, old):
-                mask = done.reshape(done.shape + (1,) * (old.ndim - 1))
-                return jnp.where(mask, new, old)
+                return jnp.where(done.reshape(done.shape + (1,) * (old.ndim - 1)), new, old)
 
-            merged = stepped.replace(
-                data=jax.tree.map(pick, fresh.data, stepped.data),
-                obs=jax.tree.map(pick, fresh.obs, stepped.obs),
-                info=jax.tree.map(pick, fresh.info, stepped.info),
-            )
-            return merged
+            return self._merge(stepped, fresh, pick)
 
-        next_state = jax.lax.cond(jnp.any(done), do_reset, lambda _: stepped, None)
+        def reset_some(_):
+            if slots >= n:
+                return reset_all(None)
+            return jax.lax.cond(count <= slots, reset_few, reset_all, None)
+
+        next_state = jax.lax.cond(count > 0, reset_some, lambda _: stepped, None)
         return next_state, stepped.obs
+
+    @staticmethod
+    def _merge(stepped: State, fresh: State, combine) -> State:
+        def tree(new, old):
+            return jax.tree.map(combine, new, old)
+
+        return stepped.replace(data=tree(fresh.data, stepped.data), obs=tree(fresh.obs, stepped.obs),
+                               info=tree(fresh.info, stepped.info))
+
+
+def reset_slots(num_envs: int) -> int:
+    """How many finished envs the gathered reset path handles (more than that: reset everything)."""
+    return min(num_envs, max(4, num_envs // 32))

@@ -64,6 +64,7 @@ class VecEnv:
         self._step_fn = jax.jit(self._step_and_log)
         self.seed = int(seed)
         self.state: State = self._reset_fn(self._keys())
+        self._log_keys = sorted(self.state.metrics)
         self.observation_shapes = {k: tuple(v.shape[1:]) for k, v in self.state.obs.items()}
 
     # --- rsl_rl VecEnv contract ------------------------------------------------------------------
@@ -86,20 +87,18 @@ class VecEnv:
 
     def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict[str, Any]]:
         actions = self._validate(actions)
-        self.state, final_obs, log = self._step_fn(self.state, to_jax(actions, self._on_gpu))
-        s = self.state
-        obs = self._obs_to_torch(s.obs)
-        rewards = to_torch(s.reward, self.device)
-        terminated = to_torch(s.terminated, self.device)
-        time_outs = to_torch(s.truncated, self.device)
-        dones = (terminated | time_outs).long()
+        self.state, final_obs, packed, log = self._step_fn(self.state, to_jax(actions, self._on_gpu))
+        # One hand-off for the per-env scalars and one for the log: fewer DLPack round trips per step.
+        packed = to_torch(packed, self.device)
+        log = to_torch(log, self.device)
+        rewards, terminated, time_outs = packed[:, 0], packed[:, 1] > 0, packed[:, 2] > 0
         extras = {
             "time_outs": time_outs,
             "terminated": terminated,
             "final_obs": self._obs_to_torch(final_obs),
-            "log": {k: to_torch(v, self.device) for k, v in log.items()},
+            "log": dict(zip(self._log_keys, log.unbind(0), strict=True)),
         }
-        return obs, rewards, dones, extras
+        return self._obs_to_torch(self.state.obs), rewards, (terminated | time_outs).long(), extras
 
     @property
     def episode_length_buf(self) -> torch.Tensor:
@@ -122,8 +121,10 @@ class VecEnv:
     # --- helpers ---------------------------------------------------------------------------------
     def _step_and_log(self, state: State, actions: jax.Array):
         state, final_obs = self.env.batched_step(state, actions)
-        log = {k: jnp.mean(v) for k, v in state.metrics.items()}
-        return state, final_obs, log
+        f32 = jnp.float32
+        packed = jnp.stack([state.reward.astype(f32), state.terminated.astype(f32), state.truncated.astype(f32)], 1)
+        log = jnp.stack([jnp.mean(state.metrics[k]).astype(f32) for k in self._log_keys])
+        return state, final_obs, packed, log
 
     def _obs_to_torch(self, obs: dict[str, jax.Array]) -> TensorDict:
         return TensorDict({k: to_torch(v, self.device) for k, v in obs.items()},

@@ -163,3 +163,23 @@ def test_unbatched_contract_is_pure_jax():
     assert s0.obs["policy"].shape == (5,) and s1.reward.shape == ()
     assert int(s1.info["steps"]) == 1 and float(s1.reward) > 0.9
     assert np.asarray(s1.data.qpos).shape == (2,)
+
+
+def test_gathered_and_full_resets_agree():
+    """A few finished envs take the gathered reset path, many take the full one: same numbers."""
+    few = sim.make("cartpole-swingup", num_envs=64, seed=5, episode_length=50)
+    many = sim.make("cartpole-swingup", num_envs=64, seed=5, episode_length=50)
+    lengths = torch.zeros(64, dtype=torch.int32)
+    lengths[[3, 40]] = 49
+    few.episode_length_buf = lengths
+    lengths[:20] = 49  # 21 finish at once: more than the gathered path's slots
+    many.episode_length_buf = lengths
+    act = torch.rand(64, 1)
+    of, _, df, ef = few.step(act)
+    om, _, dm, em = many.step(act)
+    assert df.sum() == 2 and dm.sum() == 21
+    torch.testing.assert_close(of["policy"][[3, 40]], om["policy"][[3, 40]])
+    torch.testing.assert_close(ef["final_obs"]["policy"], em["final_obs"]["policy"])
+    assert few.episode_length_buf[[3, 40]].tolist() == [0, 0]
+    # Untouched envs are untouched in both.
+    torch.testing.assert_close(of["policy"][41:], om["policy"][41:])

@@ -57,13 +57,10 @@ class MujocoBackend:
         m = model
         self._shapes = (
             jax.ShapeDtypeStruct((2 * self.nstate,), jnp.uint32),
-            jax.ShapeDtypeStruct((m.nq,), jnp.float32),
-            jax.ShapeDtypeStruct((m.nv,), jnp.float32),
-            jax.ShapeDtypeStruct((m.nsensordata,), jnp.float32),
+            jax.ShapeDtypeStruct((m.nq + m.nv + m.nsensordata,), jnp.float32),
         )
-        # Offsets of qpos and qvel inside the full-physics state vector (time comes first).
+        # The full-physics state vector starts with the time, then qpos, then qvel.
         self._qpos_at = 1
-        self._qvel_at = 1 + m.nq
 
     def close(self) -> None:
         if self._pool is not None:
@@ -78,12 +75,12 @@ class MujocoBackend:
 
     # --- host side ---------------------------------------------------------------------------------
     def _split(self, state: np.ndarray, sensordata: np.ndarray, lead: tuple[int, ...]):
+        """Host arrays -> (exact state bits, float32 [qpos, qvel, sensordata]) with leading dims `lead`."""
         m = self.model
         bits = np.ascontiguousarray(state).view(np.uint32).reshape(*lead, 2 * self.nstate)
-        qpos = state[:, self._qpos_at:self._qpos_at + m.nq].astype(np.float32).reshape(*lead, m.nq)
-        qvel = state[:, self._qvel_at:self._qvel_at + m.nv].astype(np.float32).reshape(*lead, m.nv)
-        sens = sensordata.astype(np.float32).reshape(*lead, m.nsensordata)
-        return bits, qpos, qvel, sens
+        # qpos and qvel are adjacent in the state vector (after the time): one slice, one cast.
+        phys = np.concatenate([state[:, 1:1 + m.nq + m.nv], sensordata], axis=1, dtype=np.float32)
+        return bits, phys.reshape(*lead, phys.shape[-1])
 
     def _host_init(self, qpos, qvel, active):
         m, d = self.model, self._scratch
@@ -124,19 +121,23 @@ class MujocoBackend:
         """A new physics state at (qpos, qvel), sensors computed; envs with `active=False` are skipped."""
         if active is None:
             active = jnp.ones((), dtype=bool)
-        bits, qp, qv, sens = jax.pure_callback(
+        bits, phys = jax.pure_callback(
             self._host_init, self._shapes, qpos.astype(jnp.float32), qvel.astype(jnp.float32), active,
             vmap_method="broadcast_all")
-        return CData(bits=bits, qpos=qp, qvel=qv, sensordata=sens,
-                     ctrl=jnp.zeros((self.model.nu,), jnp.float32))
+        return self._unpack(bits, phys, jnp.zeros((self.model.nu,), jnp.float32))
 
     def step(self, data: CData, ctrl: jax.Array, n_substeps: int) -> CData:
         """Advance `n_substeps` physics steps holding `ctrl`."""
         ctrl = ctrl.astype(jnp.float32)
-        bits, qp, qv, sens = jax.pure_callback(
+        bits, phys = jax.pure_callback(
             lambda b, c: self._host_step(b, c, n_substeps), self._shapes, data.bits, ctrl,
             vmap_method="broadcast_all")
-        return CData(bits=bits, qpos=qp, qvel=qv, sensordata=sens, ctrl=ctrl)
+        return self._unpack(bits, phys, ctrl)
+
+    def _unpack(self, bits: jax.Array, phys: jax.Array, ctrl: jax.Array) -> CData:
+        nq, nv = self.model.nq, self.model.nv
+        return CData(bits=bits, qpos=phys[..., :nq], qvel=phys[..., nq:nq + nv], sensordata=phys[..., nq + nv:],
+                     ctrl=ctrl)
 
     @staticmethod
     def view(data: CData) -> Physics:
