@@ -15,10 +15,13 @@ import os
 from pathlib import Path
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-# TF32 matmuls on Ampere+ hurt MuJoCo precision (Playground FAQ); physics wants full precision.
-os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 
 import jax  # noqa: E402
+
+# TF32 matmuls on Ampere+ hurt MuJoCo precision (Playground FAQ); physics wants full precision. Set
+# through the config (the environment variable is read only when jax is first imported).
+if "JAX_DEFAULT_MATMUL_PRECISION" not in os.environ:
+    jax.config.update("jax_default_matmul_precision", "highest")
 
 
 def _setup_cache() -> None:

@@ -106,7 +106,7 @@ class TaskConfig:
 
     `ctrl_dt` is the control period and `sim_dt` the physics time step (`ctrl_dt / sim_dt` physics
     sub-steps per control step); `episode_length` counts control steps (after action repeat).
-    `reward_scales` weighs the named reward terms.
+    `reward_scales` weighs the named reward terms (default 1 each; the task fills in every name).
     """
 
     episode_length: int = 1000
@@ -149,7 +149,7 @@ def apply_overrides(cfg: TaskConfig, overrides: dict[str, Any]) -> TaskConfig:
             if not isinstance(value, dict):
                 raise ConfigError(f"override {key!r} must be a mapping, got {type(value).__name__}")
             unknown = set(value) - set(current)
-            if unknown:
+            if unknown and current:  # an empty default (reward_scales) is checked by the task itself
                 raise ConfigError(f"unknown keys {sorted(unknown)} in {key!r}; valid keys: {sorted(current)}")
             value = {**current, **value}
         elif isinstance(current, bool) and not isinstance(value, bool):
@@ -192,6 +192,21 @@ class Task:
         limited = self.mj_model.actuator_ctrllimited.astype(bool)
         self._ctrl_lo = jnp.where(limited, lo, -1.0).astype(jnp.float32)
         self._ctrl_hi = jnp.where(limited, hi, 1.0).astype(jnp.float32)
+        self.cfg = dataclasses.replace(self.cfg, reward_scales=self._full_reward_scales())
+
+    def _full_reward_scales(self) -> dict[str, float]:
+        """Every reward term's scale (1 unless configured); unknown names in the config raise."""
+        m = self.mj_model
+        phys = Physics(qpos=jnp.zeros(m.nq), qvel=jnp.zeros(m.nv), sensordata=jnp.zeros(m.nsensordata),
+                       ctrl=jnp.zeros(m.nu))
+        _, _, info = jax.eval_shape(self.init, jax.random.PRNGKey(0))
+        info = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), info)
+        names = list(jax.eval_shape(self.reward_terms, phys, jnp.zeros(m.nu), info))
+        unknown = set(self.cfg.reward_scales) - set(names)
+        if unknown:
+            raise ConfigError(f"unknown reward terms {sorted(unknown)} in reward_scales; "
+                              f"{self.name} has {names}")
+        return {k: float(self.cfg.reward_scales.get(k, 1.0)) for k in names}
 
     # --- what a task defines -------------------------------------------------------------------
     def xml(self) -> str:
@@ -213,7 +228,15 @@ class Task:
     def reward(self, terms: dict[str, Array]) -> Array:
         """Combine the terms; the default is the scaled sum."""
         scales = self.cfg.reward_scales
-        return sum(scales.get(k, 1.0) * v for k, v in terms.items())
+        return sum(scales[k] * v for k, v in terms.items())
+
+    def product_reward(self, terms: dict[str, Array]) -> Array:
+        """DM-Control-style multiplicative reward: prod(term ** scale); a scale of 0 drops a term."""
+        scales = self.cfg.reward_scales
+        out = jnp.ones(())
+        for k, v in terms.items():
+            out = out * (v if scales[k] == 1.0 else v ** scales[k])
+        return out
 
     def terminated(self, phys: Physics, info: dict[str, Array]) -> Array:
         """Whether the episode ended in a terminal state (not a time-out); default never."""

@@ -50,16 +50,19 @@ class Env:
 
         def one(carry, _):
             data, info, reward, terminated, terms_sum = carry
-            data = self.backend.step(data, ctrl, cfg.n_substeps)
-            phys = self.backend.view(data)
+            new_data = self.backend.step(data, ctrl, cfg.n_substeps)
+            phys = self.backend.view(new_data)
             terms = task.reward_terms(phys, action, info)
-            # A repeat that starts from a terminal state adds nothing.
+            new_info = task.update_info(phys, action, info)
+            # Once terminal within a repeat, the state freezes: the terminal state is the final one.
             live = ~terminated
             reward = reward + jnp.where(live, task.reward(terms), 0.0)
             terms_sum = {k: terms_sum[k] + jnp.where(live, v, 0.0) for k, v in terms.items()}
-            info = task.update_info(phys, action, info)
-            terminated = terminated | task.terminated(phys, info)
-            return (data, info, reward, terminated, terms_sum), None
+            terminated = terminated | (live & task.terminated(phys, new_info))
+            if cfg.action_repeat > 1:
+                new_data = jax.tree.map(lambda n, o: jnp.where(live, n, o), new_data, data)
+                new_info = jax.tree.map(lambda n, o: jnp.where(live, n, o), new_info, info)
+            return (new_data, new_info, reward, terminated, terms_sum), None
 
         zero_terms = {k[len("reward/"):]: jnp.zeros_like(v) for k, v in state.metrics.items()
                       if k.startswith("reward/")}

@@ -85,9 +85,9 @@ def render_rollout(task: str, policy: Callable[[torch.Tensor], torch.Tensor] | N
             with torch.no_grad():
                 act = policy(obs) if policy is not None else torch.rand(1, env.num_actions, generator=gen) * 2 - 1
             obs, _, dones, _ = env.step(act)
+            if bool(dones[0]) and num_steps is None:
+                break  # the env has auto-reset: the next frame would show the new episode
             frames.append(renderer.frame(env.qpos(0)))
-            if num_steps is None and bool(dones[0]):
-                break
     finally:
         renderer.close()
         env.close()

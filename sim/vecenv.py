@@ -43,6 +43,9 @@ class VecEnv:
     `extras["time_outs"]` (episode ended by the time limit, not a terminal state),
     `extras["final_obs"]` (the observation each env reached before an auto-reset, for bootstrapping
     at time-outs) and `extras["log"]` (per-step means of every reward term).
+
+    Tensors returned by `step` view the simulator's buffers without copying: treat them as read-only
+    (clone before modifying in place).
     """
 
     def __init__(self, task: Task, backend: Any, num_envs: int, device: torch.device, seed: int = 0,
@@ -63,27 +66,35 @@ class VecEnv:
         self._reset_fn = jax.jit(self.env.batched_reset)
         self._step_fn = jax.jit(self._step_and_log)
         self.seed = int(seed)
+        self._resets = 0
         self.state: State = self._reset_fn(self._keys())
         self._log_keys = sorted(self.state.metrics)
         self.observation_shapes = {k: tuple(v.shape[1:]) for k, v in self.state.obs.items()}
 
     # --- rsl_rl VecEnv contract ------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> TensorDict:
-        """Reset every env to a new episode (a new `seed` re-seeds them all); returns the observations.
+        """Reset every env to a new episode; returns the observations.
 
-        The same seed gives the same initial states: env i's randomness depends only on (seed, i).
+        With a `seed`, every env restarts from that seed's initial states (env i's randomness depends
+        only on (seed, i)); without one, the random stream carries on, so repeated resets (evaluation
+        rounds) see new initial states.
         """
         if seed is not None:
-            self.seed = int(seed)
+            self.seed, self._resets = int(seed), 0
+        else:
+            self._resets += 1
         self.state = self._reset_fn(self._keys())
         return self.get_observations()
 
     def _keys(self) -> jax.Array:
-        return jax.random.split(jax.random.PRNGKey(self.seed), self.num_envs)
+        key = jax.random.PRNGKey(self.seed)
+        if self._resets:
+            key = jax.random.fold_in(key, self._resets)
+        return jax.random.split(key, self.num_envs)
 
     def get_observations(self) -> TensorDict:
-        """The current observations; never resets."""
-        return self._obs_to_torch(self.state.obs)
+        """The current observations (a copy); never resets."""
+        return self._obs_to_torch(self.state.obs).clone()
 
     def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict[str, Any]]:
         actions = self._validate(actions)

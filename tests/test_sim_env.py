@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
@@ -183,3 +184,50 @@ def test_gathered_and_full_resets_agree():
     assert few.episode_length_buf[[3, 40]].tolist() == [0, 0]
     # Untouched envs are untouched in both.
     torch.testing.assert_close(of["policy"][41:], om["policy"][41:])
+
+
+def test_reward_scales_override():
+    base = sim.make("cartpole-swingup", num_envs=2, seed=1)
+    scaled = sim.make("cartpole-swingup", num_envs=2, seed=1, reward_scales={"upright": 2.0})
+    assert scaled.task.cfg.reward_scales["upright"] == 2.0 and scaled.task.cfg.reward_scales["centered"] == 1.0
+    _, r1, _, _ = base.step(torch.zeros(2, 1))
+    _, r2, _, _ = scaled.step(torch.zeros(2, 1))
+    # A product reward: the scale is the term's exponent.
+    torch.testing.assert_close(r2, r1 * _upright(base), rtol=1e-4, atol=1e-9)
+    with pytest.raises(sim.ConfigError, match="uprite"):
+        sim.make("cartpole-swingup", reward_scales={"uprite": 2.0})
+
+
+def _upright(env):
+    """Per-env upright term of the current state (cartpole: (cos + 1) / 2)."""
+    return (env.get_observations()["policy"][:, 1] + 1) / 2
+
+
+def test_reset_without_seed_draws_new_starts():
+    env = sim.make("pendulum-swingup", num_envs=3, seed=2)
+    first = env.get_observations()["policy"]
+    again = env.reset()["policy"]
+    assert not torch.allclose(first, again)
+    torch.testing.assert_close(env.reset(seed=2)["policy"], first)
+
+
+def test_action_repeat_freezes_at_termination():
+    """A task that terminates on its first sub-step: the terminal state is the final observation."""
+    from sim.backends.mujoco_backend import MujocoBackend
+    from sim.tasks.pendulum import PendulumSwingup
+    from sim.vecenv import VecEnv
+
+    class AlwaysTerminal(PendulumSwingup):
+        def terminated(self, phys, info):
+            return jnp.ones((), bool)
+
+    def env(repeat):
+        task = AlwaysTerminal(sim.make_task("pendulum-swingup", action_repeat=repeat).cfg)
+        return VecEnv(task, MujocoBackend(task.mj_model), num_envs=2, device=torch.device("cpu"), seed=0)
+
+    act = torch.ones(2, 1)
+    _, r1, d1, e1 = env(1).step(act)
+    _, r3, d3, e3 = env(3).step(act)
+    assert d3.all() and e3["terminated"].all() and not e3["time_outs"].any()
+    torch.testing.assert_close(e3["final_obs"]["policy"], e1["final_obs"]["policy"])
+    torch.testing.assert_close(r3, r1)

@@ -6,7 +6,8 @@ Model: a cart on a rail (slider joint, range +-1.8 m, motor gear 10) carrying an
 Observation `"policy"` (5): cart position, cos and sin of the pole angle (angle 0 = upright), cart
 velocity, pole angular velocity.
 Action (1): cart force in [-1, 1] (times gear 10 N).
-Reward terms, multiplied (each in [0, 1], so the per-step reward is in [0, 1] and the return <= 1000):
+Reward terms, multiplied (each in [0, 1], so the per-step reward is in [0, 1] and the return <= 1000;
+`reward_scales` act as exponents, 0 drops a term):
 `upright` = (cos + 1) / 2; `centered` = (1 + tolerance(cart_pos, margin=2)) / 2;
 `small_control` = (4 + tolerance(u, margin=1, quadratic, 0)) / 5;
 `small_velocity` = (1 + tolerance(pole_angvel, margin=5)) / 2.
@@ -107,7 +108,7 @@ class Cartpole(Task):
         }
 
     def reward(self, terms):
-        return terms["upright"] * terms["centered"] * terms["small_control"] * terms["small_velocity"]
+        return self.product_reward(terms)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,7 +7,8 @@ frictional floor), so returns are not directly comparable to DM Control's number
 
 Observation `"policy"` (4): position (x, y), velocity (x, y). The target sits at the origin.
 Action (2): forces in [-1, 1].
-Reward terms, multiplied: `near_target` = tolerance(distance, bounds=(0, 0.015), margin=0.015);
+Reward terms, multiplied (`reward_scales` act as exponents):
+`near_target` = tolerance(distance, bounds=(0, 0.015), margin=0.015);
 `small_control` = (4 + mean quadratic tolerance(u, margin=1, 0)) / 5. Initial position uniform in
 the joint ranges, velocity 0. No early termination.
 """
@@ -99,4 +100,4 @@ class PointMass(Task):
         }
 
     def reward(self, terms):
-        return terms["near_target"] * terms["small_control"]
+        return self.product_reward(terms)
