@@ -90,53 +90,36 @@ class Env:
         Returns the next state (observations of reset envs are their new first observations) and
         `final_obs`: the observation each env reached this step, before any reset.
 
-        Resets cost only what finishes: when at most `reset_slots` envs are done (the usual case once
-        episodes desynchronise) their indices are gathered and only those envs are re-initialised;
-        otherwise every env is re-initialised and the done ones selected. Both paths give the same
-        numbers, since each env's reset depends only on its own key.
+        Resets cost only what finishes: the indices of finished envs are gathered `reset_slots` at a
+        time and only those envs are re-initialised (usually one round, since episodes desynchronise;
+        more rounds when many finish together). One reset path keeps compile time down.
         """
         stepped = jax.vmap(self.step)(state, action)
         done = stepped.terminated | stepped.truncated
         n = done.shape[0]
         slots = reset_slots(n)
         count = jnp.sum(done)
+        rank = jnp.cumsum(done) - 1  # rank of each finished env among the finished ones
 
-        def reset_few(_):
-            idx = jnp.nonzero(done, size=slots, fill_value=0)[0]
-            valid = jnp.arange(slots) < count
+        def reset_round(carry):
+            merged, first = carry
+            idx = jnp.nonzero(done & (rank >= first) & (rank < first + slots), size=slots, fill_value=0)[0]
+            valid = jnp.arange(slots) < count - first
             fresh = jax.vmap(self._reset)(stepped.info["rng"][idx], valid)
             target = jnp.where(valid, idx, n)  # invalid slots point past the end and are dropped
 
             def put(new, old):
                 return old.at[target].set(new, mode="drop")
 
-            return self._merge(stepped, fresh, put)
+            merged = merged.replace(data=jax.tree.map(put, fresh.data, merged.data),
+                                    obs=jax.tree.map(put, fresh.obs, merged.obs),
+                                    info=jax.tree.map(put, fresh.info, merged.info))
+            return merged, first + slots
 
-        def reset_all(_):
-            fresh = jax.vmap(self._reset)(stepped.info["rng"], done)
-
-            def pick(new, old):
-                return jnp.where(done.reshape(done.shape + (1,) * (old.ndim - 1)), new, old)
-
-            return self._merge(stepped, fresh, pick)
-
-        def reset_some(_):
-            if slots >= n:
-                return reset_all(None)
-            return jax.lax.cond(count <= slots, reset_few, reset_all, None)
-
-        next_state = jax.lax.cond(count > 0, reset_some, lambda _: stepped, None)
+        next_state, _ = jax.lax.while_loop(lambda c: c[1] < count, reset_round, (stepped, jnp.zeros((), count.dtype)))
         return next_state, stepped.obs
-
-    @staticmethod
-    def _merge(stepped: State, fresh: State, combine) -> State:
-        def tree(new, old):
-            return jax.tree.map(combine, new, old)
-
-        return stepped.replace(data=tree(fresh.data, stepped.data), obs=tree(fresh.obs, stepped.obs),
-                               info=tree(fresh.info, stepped.info))
 
 
 def reset_slots(num_envs: int) -> int:
-    """How many finished envs the gathered reset path handles (more than that: reset everything)."""
+    """How many finished envs one reset round re-initialises."""
     return min(num_envs, max(4, num_envs // 32))

@@ -8,6 +8,7 @@ cross to torch by DLPack (zero-copy on the same device) and observations come ba
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import jax
@@ -63,12 +64,10 @@ class VecEnv:
         self.cfg: dict[str, Any] = {"task": task.name, "backend": backend.name, "num_envs": self.num_envs,
                                     "seed": seed, **dataclasses.asdict(task.cfg)}
         self._on_gpu = backend.name == "mjx" and jax.default_backend() == "gpu"
-        self._reset_fn = jax.jit(self.env.batched_reset)
-        self._step_fn = jax.jit(self._step_and_log)
         self.seed = int(seed)
         self._resets = 0
+        self._reset_fn, self._step_fn = self._compile()
         self.state: State = self._reset_fn(self._keys())
-        self._log_keys = sorted(self.state.metrics)
         self.observation_shapes = {k: tuple(v.shape[1:]) for k, v in self.state.obs.items()}
 
     # --- rsl_rl VecEnv contract ------------------------------------------------------------------
@@ -130,6 +129,21 @@ class VecEnv:
             close()
 
     # --- helpers ---------------------------------------------------------------------------------
+    def _compile(self):
+        """Compile reset and step ahead of time, side by side (cold start is the top MJX complaint).
+
+        Executables that call back into the C engine cannot enter JAX's persistent cache, so on the
+        CPU backend compiling both at once is what keeps the first step quick.
+        """
+        keys = jax.ShapeDtypeStruct((self.num_envs, 2), jnp.uint32)
+        state = jax.eval_shape(self.env.batched_reset, keys)
+        self._log_keys = sorted(state.metrics)
+        actions = jax.ShapeDtypeStruct((self.num_envs, self.num_actions), jnp.float32)
+        with ThreadPoolExecutor(2) as pool:
+            reset = pool.submit(lambda: jax.jit(self.env.batched_reset).lower(keys).compile())
+            step = pool.submit(lambda: jax.jit(self._step_and_log).lower(state, actions).compile())
+            return reset.result(), step.result()
+
     def _step_and_log(self, state: State, actions: jax.Array):
         state, final_obs = self.env.batched_step(state, actions)
         f32 = jnp.float32

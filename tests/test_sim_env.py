@@ -166,14 +166,14 @@ def test_unbatched_contract_is_pure_jax():
     assert np.asarray(s1.data.qpos).shape == (2,)
 
 
-def test_gathered_and_full_resets_agree():
-    """A few finished envs take the gathered reset path, many take the full one: same numbers."""
+def test_few_and_many_resets_agree():
+    """A few finished envs reset in one round, many in several rounds: same numbers either way."""
     few = sim.make("cartpole-swingup", num_envs=64, seed=5, episode_length=50)
     many = sim.make("cartpole-swingup", num_envs=64, seed=5, episode_length=50)
     lengths = torch.zeros(64, dtype=torch.int32)
     lengths[[3, 40]] = 49
     few.episode_length_buf = lengths
-    lengths[:20] = 49  # 21 finish at once: more than the gathered path's slots
+    lengths[:20] = 49  # 21 finish at once: several reset rounds of 4
     many.episode_length_buf = lengths
     act = torch.rand(64, 1)
     of, _, df, ef = few.step(act)
