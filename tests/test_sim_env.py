@@ -140,6 +140,8 @@ def test_clear_errors():
         sim.make("cartpole-swingup", episode_length=2.5)
     with pytest.raises(sim.ConfigError, match="backend"):
         sim.make("cartpole-swingup", backend="physx")
+    with pytest.raises(sim.BackendError, match="impl"):
+        sim.make("cartpole-swingup", backend="mjx", impl="physx")
     env = sim.make("cartpole-swingup", num_envs=2)
     with pytest.raises(sim.ActionError, match=r"shape .*\(2, 1\)"):
         env.step(torch.zeros(2, 3))
