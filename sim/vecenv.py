@@ -123,6 +123,30 @@ class VecEnv:
         steps = jnp.asarray(value.detach().cpu().numpy().astype(np.int32))
         self.state = self.state.replace(info={**self.state.info, "steps": steps})
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Every env's full state as named host arrays (for checkpoints: exact, no pickle)."""
+        leaves = jax.tree_util.tree_flatten_with_path(self.state)[0]
+        out = {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in leaves}
+        out["__seed_resets__"] = np.array([self.seed, self._resets], dtype=np.int64)
+        return out
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
+        """Restore a `state_dict` taken from an env of the same task, backend and num_envs."""
+        leaves, treedef = jax.tree_util.tree_flatten_with_path(self.state)
+        new = []
+        for path, leaf in leaves:
+            name = jax.tree_util.keystr(path)
+            if name not in arrays:
+                raise ConfigError(f"saved env state has no {name!r}: it is from another task or backend")
+            value = np.asarray(arrays[name])
+            if value.shape != leaf.shape:
+                raise ConfigError(f"saved env state {name!r} has shape {value.shape}, this env needs {leaf.shape} "
+                                  f"(num_envs={self.num_envs})")
+            new.append(jnp.asarray(value, dtype=leaf.dtype))
+        self.state = jax.tree_util.tree_unflatten(treedef, new)
+        if "__seed_resets__" in arrays:
+            self.seed, self._resets = (int(x) for x in np.asarray(arrays["__seed_resets__"]))
+
     def close(self) -> None:
         close = getattr(self.backend, "close", None)
         if close is not None:
