@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 train: $(STAMP)
-	$(BIN)/robolearn train
+	$(BIN)/robolearn train env=cartpole-swingup
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests

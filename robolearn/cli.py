@@ -1,14 +1,20 @@
 """The `robolearn` command: `robolearn <subcommand> key=value ...` (Hydra-style overrides).
 
-Subcommands so far: `tasks` (list tasks and their documentation), `render` (a video of a task
-under a random policy). `train`, `eval`, `bench`, `collect` and `deploy` arrive with their issues.
+    robolearn train env=cartpole-swingup algo=ppo seed=1 env.num_envs=256 iterations=200
+    robolearn train resume=runs/<run>               # continue where it stopped
+    robolearn eval checkpoint=runs/<run>/checkpoints/final episodes=10
+    robolearn render checkpoint=runs/<run>/checkpoints/final out=policy.mp4
+    robolearn render env=pendulum-swingup           # a random policy
+    robolearn tasks verbose=true
+
+`bench`, `collect` and `deploy` arrive with their issues.
 """
 
 from __future__ import annotations
 
 import sys
 
-from robolearn.errors import ConfigError
+from robolearn.errors import ConfigError, RobolearnError
 
 
 def _parse(args: list[str]) -> dict[str, str]:
@@ -37,27 +43,49 @@ def cmd_tasks(opts: dict[str, str]) -> int:
 def cmd_render(opts: dict[str, str]) -> int:
     import sim
 
-    env = opts.pop("env", "cartpole-swingup")
-    out = opts.pop("out", f"{env}.mp4")
-    steps = int(opts.pop("steps", "0")) or None
+    out = opts.pop("out", None)
     seed = int(opts.pop("seed", "0"))
-    if opts:
-        raise ConfigError(f"unknown render options {sorted(opts)}; valid: env, out, steps, seed")
-    path = sim.render(env, path=out, num_steps=steps, seed=seed)
+    if "checkpoint" in opts:
+        from robolearn.train import render_checkpoint
+
+        ckpt = opts.pop("checkpoint")
+        _no_more(opts, "render", "checkpoint, out, seed")
+        path = render_checkpoint(ckpt, out or "policy.mp4", seed=seed)
+    else:
+        env = opts.pop("env", "cartpole-swingup")
+        steps = int(opts.pop("steps", "0")) or None
+        _no_more(opts, "render", "env, checkpoint, out, steps, seed")
+        path = sim.render(env, path=out or f"{env}.mp4", num_steps=steps, seed=seed)
     print(f"wrote {path}")
     return 0
 
 
-def cmd_train(opts: dict[str, str]) -> int:
-    print("robolearn train: PPO training arrives with the PPO issue. It will train PPO on "
-          "cartpole-swingup with the CPU (MuJoCo C) backend and write config, metrics.jsonl, "
-          "TensorBoard events, checkpoints, a learning curve and a video to runs/<name>/.\n"
-          "Available now: `robolearn tasks`, `robolearn render env=<task>`, and the simulator "
-          "API (`import sim; env = sim.make('cartpole-swingup', num_envs=1024)`).")
+def cmd_eval(opts: dict[str, str]) -> int:
+    from robolearn.train import evaluate
+
+    if "checkpoint" not in opts:
+        raise ConfigError("eval needs checkpoint=<run_dir>/checkpoints/final")
+    ckpt = opts.pop("checkpoint")
+    episodes = int(opts.pop("episodes", "10"))
+    seed = int(opts.pop("seed", "1000"))
+    _no_more(opts, "eval", "checkpoint, episodes, seed")
+    print(f"mean return over {episodes} episodes: {evaluate(ckpt, episodes=episodes, seed=seed):.2f}")
     return 0
 
 
-COMMANDS = {"tasks": cmd_tasks, "render": cmd_render, "train": cmd_train}
+def cmd_train(args: list[str]) -> int:
+    from robolearn.train import train
+
+    train(args)
+    return 0
+
+
+def _no_more(opts: dict[str, str], cmd: str, valid: str) -> None:
+    if opts:
+        raise ConfigError(f"unknown {cmd} options {sorted(opts)}; valid: {valid}")
+
+
+COMMANDS = {"tasks": cmd_tasks, "render": cmd_render, "eval": cmd_eval, "train": cmd_train}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,8 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nusage: robolearn {{{','.join(COMMANDS)}}} [key=value ...]")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
     try:
+        if argv[0] == "train":  # Hydra parses train's overrides itself (env=..., env.num_envs=...)
+            return cmd_train(argv[1:])
         return COMMANDS[argv[0]](_parse(argv[1:]))
-    except ConfigError as e:
+    except RobolearnError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -148,9 +148,9 @@ class PPO:
                 torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
                 self.optimizer.step()
 
-                stats["loss/policy"] += float(pg_loss)
-                stats["loss/value"] += float(v_loss)
-                stats["loss/entropy"] += float(entropy)
+                stats["loss/policy"] += pg_loss.item()
+                stats["loss/value"] += v_loss.item()
+                stats["loss/entropy"] += entropy.item()
                 stats["kl"] += float(info["approx_kl"])
                 stats["clip_fraction"] += float(info["clip_fraction"])
                 updates += 1

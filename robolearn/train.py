@@ -1,0 +1,160 @@
+"""`robolearn train`, `eval` and `render` on top of the Hydra configs in `configs/`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from robolearn import checkpoint
+from robolearn.errors import CheckpointError, ConfigError
+
+
+def config_dir() -> Path:
+    """The `configs/` folder: beside the packages in a checkout, inside `robolearn` in a wheel."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "configs", here / "configs"):
+        if (candidate / "train.yaml").is_file():
+            return candidate
+    raise ConfigError("robolearn's configs/ folder was not found next to the package; reinstall robolearn")
+
+
+def compose(overrides: list[str], name: str = "train") -> dict[str, Any]:
+    """Resolve `configs/<name>.yaml` with Hydra-style `key=value` overrides into a plain dict."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
+            cfg = hydra_compose(config_name=name, overrides=overrides)
+        return OmegaConf.to_container(cfg, resolve=True)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise ConfigError(f"bad configuration override: {e}") from e
+
+
+def _make_env(env_cfg: dict[str, Any], seed: int, num_envs: int | None = None):
+    import sim
+
+    return sim.make(env_cfg["name"], num_envs=num_envs or env_cfg["num_envs"], backend=env_cfg["backend"],
+                    seed=seed, **(env_cfg.get("overrides") or {}))
+
+
+def _ppo_config(algo_cfg: dict[str, Any]):
+    from robolearn.algos.ppo import PPOConfig
+
+    fields = {f.name for f in dataclasses.fields(PPOConfig)}
+    unknown = set(algo_cfg) - fields - {"name"}
+    if unknown:
+        raise ConfigError(f"unknown PPO settings {sorted(unknown)}; valid: {sorted(fields)}")
+    return PPOConfig(**{k: v for k, v in algo_cfg.items() if k in fields})
+
+
+def _policy_from_config(cfg: dict[str, Any]):
+    from policies.actor_critic import ActorCritic
+
+    try:
+        return ActorCritic(**cfg)
+    except TypeError as e:
+        raise CheckpointError(f"checkpoint policy config does not fit ActorCritic: {e}") from e
+
+
+def train(overrides: list[str]) -> Path:
+    """Train PPO as configured; returns the run directory."""
+    from policies.actor_critic import ActorCritic
+    from robolearn.algos.ppo import PPO
+    from robolearn.runners.on_policy import OnPolicyRunner
+
+    cfg = compose(overrides)
+    if cfg.get("resume"):
+        run_dir = Path(cfg["resume"])
+        saved = run_dir / "config.yaml"
+        if not saved.is_file():
+            raise CheckpointError(f"cannot resume {run_dir}: it has no config.yaml (not a robolearn run directory)")
+        iterations = cfg["iterations"] if any(o.startswith("iterations=") for o in overrides) else None
+        cfg = json.loads(saved.read_text())
+        if iterations is not None:
+            cfg["iterations"] = iterations
+    else:
+        if cfg["algo"]["name"] != "ppo":
+            raise ConfigError(f"algo={cfg['algo']['name']} is not available yet; use algo=ppo")
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run_dir = Path(cfg["run_dir"] or f"runs/{cfg['env']['name']}-{cfg['algo']['name']}-{stamp}")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        cfg["run_dir"] = str(run_dir)
+        # JSON is valid YAML: the resolved config, readable by both.
+        (run_dir / "config.yaml").write_text(json.dumps(cfg, indent=2))
+
+    seed = int(cfg["seed"])
+    torch.manual_seed(seed)
+    env = _make_env(cfg["env"], seed)
+    algo_cfg = _ppo_config(cfg["algo"])
+    critic_dim = env.observation_shapes.get("critic", env.observation_shapes["policy"])[0]
+    policy = ActorCritic(env.observation_shapes["policy"][0], env.num_actions, critic_dim,
+                         actor_hidden=algo_cfg.actor_hidden, critic_hidden=algo_cfg.critic_hidden,
+                         activation=algo_cfg.activation, init_std=algo_cfg.init_std,
+                         normalize_obs=algo_cfg.normalize_obs)
+    device = torch.device(cfg["device"])
+    runner = OnPolicyRunner(env, PPO(policy, algo_cfg, device), run_dir, cfg, seed=seed, progress=cfg["progress"])
+    if cfg.get("resume"):
+        runner.restore(run_dir / "checkpoints" / "latest")
+    try:
+        runner.learn(int(cfg["iterations"]), checkpoint_interval=int(cfg["checkpoint_interval"]))
+        final = runner.save(run_dir / "checkpoints" / "final")
+    finally:
+        runner.close()
+        env.close()
+    from robolearn.plots import learning_curve
+
+    learning_curve(run_dir / "metrics.jsonl", run_dir / "learning_curve.png", task=cfg["env"]["name"])
+    if cfg["video"]:
+        render_checkpoint(final, run_dir / "video.mp4")
+    print(f"run directory: {run_dir}")
+    return run_dir
+
+
+def load_policy(path: str | Path):
+    """The trained policy and the run config stored in a checkpoint folder."""
+    config, state = checkpoint.load(path)
+    if "policy" not in config or "run" not in config:
+        raise CheckpointError(f"{Path(path) / checkpoint.CONFIG} lacks 'policy' or 'run': "
+                              "not a robolearn PPO checkpoint")
+    policy = _policy_from_config(config["policy"])
+    try:
+        policy.load_state_dict(state)
+    except RuntimeError as e:
+        raise CheckpointError(f"model.safetensors in {path} does not match its config.json: {e}") from e
+    return policy.eval(), config["run"]
+
+
+@torch.no_grad()
+def evaluate(path: str | Path, episodes: int = 10, seed: int = 1000) -> float:
+    """Mean return of the deterministic policy over `episodes` full episodes (one per env)."""
+    policy, run = load_policy(path)
+    env = _make_env(run["env"], seed, num_envs=episodes)
+    total = torch.zeros(episodes, dtype=torch.float64)
+    finished = torch.zeros(episodes, dtype=torch.bool)
+    obs = env.get_observations()
+    try:
+        while not bool(finished.all()):
+            obs, rewards, dones, _ = env.step(policy(obs))
+            total += rewards.double() * (~finished)
+            finished |= dones.bool()
+    finally:
+        env.close()
+    return float(total.mean())
+
+
+def render_checkpoint(path: str | Path, out: str | Path, seed: int = 0) -> Path:
+    """A video of one episode of the checkpoint's deterministic policy."""
+    import sim
+
+    policy, run = load_policy(path)
+    env_cfg = run["env"]
+    return sim.render(env_cfg["name"], policy=policy, path=out, seed=seed, **(env_cfg.get("overrides") or {}))
