@@ -72,7 +72,8 @@ def train(overrides: list[str]) -> Path:
     from robolearn.runners.on_policy import OnPolicyRunner
 
     cfg = compose(overrides)
-    if cfg.get("resume"):
+    resuming = bool(cfg.get("resume"))
+    if resuming:
         run_dir = Path(cfg["resume"])
         saved = run_dir / "config.yaml"
         if not saved.is_file():
@@ -102,7 +103,7 @@ def train(overrides: list[str]) -> Path:
                          normalize_obs=algo_cfg.normalize_obs)
     device = torch.device(cfg["device"])
     runner = OnPolicyRunner(env, PPO(policy, algo_cfg, device), run_dir, cfg, seed=seed, progress=cfg["progress"])
-    if cfg.get("resume"):
+    if resuming:
         runner.restore(run_dir / "checkpoints" / "latest")
     try:
         runner.learn(int(cfg["iterations"]), checkpoint_interval=int(cfg["checkpoint_interval"]))

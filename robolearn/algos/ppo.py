@@ -159,7 +159,7 @@ class PPO:
         storage.step = 0
         out = {k: v / max(updates, 1) for k, v in stats.items()}
         out["learning_rate"] = self.learning_rate
-        out["action_std"] = float(self.policy.log_std.exp().mean())
+        out["action_std"] = self.policy.log_std.detach().exp().mean().item()
         return out
 
     def _adapt_learning_rate(self, kl: float) -> None:
