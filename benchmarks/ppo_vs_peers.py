@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 import sim
-from benchmarks.sim_throughput import machine_info
+from benchmarks.sim_throughput import write_result
 
 RESULTS = Path(__file__).parent / "results"
 WINDOW = 20
@@ -191,13 +191,9 @@ def main() -> None:
             if ours.get("solved_s") and r.get("solved_s"):
                 ratios[f"time_to_threshold_vs_{peer}"] = ours["solved_s"] / r["solved_s"]
     print("ratios", json.dumps(ratios))
-    result = {"benchmark": "ppo_vs_peers", "date": time.strftime("%Y-%m-%d"), "machine": machine_info(),
-              "task": args.task, "threshold": args.threshold, "num_envs_vecenv": args.num_envs,
-              "window": WINDOW, "budget_s": args.budget_s, "results": rows, "ratios": ratios}
-    out = args.out or RESULTS / f"ppo_vs_peers_{args.task}_cpu.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_result(args.out or RESULTS / f"ppo_vs_peers_{args.task}_cpu.json", "ppo_vs_peers",
+                 {"task": args.task, "threshold": args.threshold, "num_envs_vecenv": args.num_envs, "window": WINDOW,
+                  "budget_s": args.budget_s, "results": rows, "ratios": ratios})
 
 
 if __name__ == "__main__":

@@ -56,6 +56,14 @@ def machine_info() -> dict:
     return info
 
 
+def write_result(out: Path, name: str, fields: dict) -> None:
+    """Write a benchmark's JSON result with the date and machine info."""
+    result = {"benchmark": name, "date": time.strftime("%Y-%m-%d"), "machine": machine_info(), **fields}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
 def time_vecenv(task: str, backend: str, num_envs: int, steps: int, nthread: int | None) -> dict:
     env = sim.make(task, num_envs=num_envs, backend=backend, nthread=nthread, check_actions=False)
     gen = torch.Generator().manual_seed(0)
@@ -168,12 +176,8 @@ def main() -> None:
             cold.append(c)
             print(json.dumps(c), flush=True)
 
-    result = {"benchmark": "sim_throughput", "date": time.strftime("%Y-%m-%d"), "machine": machine_info(),
-              "steps_timed": args.steps, "nthread": args.nthread, "throughput": rows, "cold_start": cold}
-    out = args.out or RESULTS / f"sim_throughput_{'gpu' if on_gpu else 'cpu'}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_result(args.out or RESULTS / f"sim_throughput_{'gpu' if on_gpu else 'cpu'}.json", "sim_throughput",
+                 {"steps_timed": args.steps, "nthread": args.nthread, "throughput": rows, "cold_start": cold})
 
 
 if __name__ == "__main__":

@@ -68,29 +68,29 @@ def _read_tensors(file: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{file} is not a readable safetensors file ({e}); the checkpoint is corrupt") from e
 
 
+def _read_json(file: Path, missing: str) -> dict[str, Any]:
+    try:
+        return json.loads(file.read_text())
+    except FileNotFoundError as e:
+        raise CheckpointError(missing) from e
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{file} is not valid JSON ({e}); the checkpoint is corrupt") from e
+
+
 def load(path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """Read (config, model state) from a checkpoint folder; a missing or corrupt file raises `CheckpointError`."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {path} does not exist (expected a folder with {CONFIG} and {MODEL})")
-    try:
-        config = json.loads((path / CONFIG).read_text())
-    except FileNotFoundError as e:
-        raise CheckpointError(f"checkpoint {path} has no {CONFIG}") from e
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path / CONFIG} is not valid JSON ({e}); the checkpoint is corrupt") from e
+    config = _read_json(path / CONFIG, f"checkpoint {path} has no {CONFIG}")
     return config, _read_tensors(path / MODEL)
 
 
 def load_trainer(path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """Read the training state saved beside the model, for resume."""
     path = Path(path)
-    try:
-        meta = json.loads((path / TRAINER_META).read_text())
-    except FileNotFoundError as e:
-        raise CheckpointError(f"checkpoint {path} has no training state ({TRAINER_META}); it cannot be resumed") from e
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path / TRAINER_META} is not valid JSON ({e})") from e
+    meta = _read_json(path / TRAINER_META, f"checkpoint {path} has no training state ({TRAINER_META}); "
+                                           "it cannot be resumed")
     return meta, _read_tensors(path / TRAINER_TENSORS)
 
 
