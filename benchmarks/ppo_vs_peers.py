@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections import deque
 from pathlib import Path
@@ -27,7 +28,9 @@ import numpy as np
 import torch
 
 import sim
-from benchmarks.sim_throughput import write_result
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find the benchmarks package
+from benchmarks.sim_throughput import write_result  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 WINDOW = 20
