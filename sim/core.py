@@ -114,12 +114,20 @@ class TaskConfig:
     ctrl_dt: float = 0.01
     sim_dt: float = 0.01
     reward_scales: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: Re-sample the physics parameters of `Task.randomize` at every reset (per env, seeded).
+    domain_randomization: bool = False
+    #: Each episode delays actions by a random 0..action_latency control steps (0: none).
+    action_latency: int = 0
+    #: Std of Gaussian noise added to the "policy" observation group each step (never to "critic").
+    obs_noise: float = 0.0
 
     def validate(self) -> None:
         if self.episode_length < 1:
             raise ConfigError(f"episode_length must be >= 1, got {self.episode_length}")
         if self.action_repeat < 1:
             raise ConfigError(f"action_repeat must be >= 1, got {self.action_repeat}")
+        if self.action_latency < 0 or self.obs_noise < 0:
+            raise ConfigError(f"action_latency and obs_noise must be >= 0, got {self.action_latency}, {self.obs_noise}")
         if self.sim_dt <= 0 or self.ctrl_dt < self.sim_dt:
             raise ConfigError(f"need 0 < sim_dt <= ctrl_dt, got sim_dt={self.sim_dt}, ctrl_dt={self.ctrl_dt}")
         ratio = self.ctrl_dt / self.sim_dt
@@ -241,6 +249,15 @@ class Task:
     def terminated(self, phys: Physics, info: dict[str, Array]) -> Array:
         """Whether the episode ended in a terminal state (not a time-out); default never."""
         return jnp.zeros((), dtype=bool)
+
+    def randomize(self, key: Array) -> dict[str, Array]:
+        """Physics parameters of a new episode as MjModel field overrides (full field shapes).
+
+        Called at every reset when `cfg.domain_randomization` is on; the values hold for the whole
+        episode, on both backends. Example: `{"body_mass": self.mj_model.body_mass * scale}`.
+        The default randomizes nothing.
+        """
+        return {}
 
     def update_info(self, phys: Physics, action: Array, info: dict[str, Array]) -> dict[str, Array]:
         """Task bookkeeping after each control step (e.g. the previous action); default unchanged."""

@@ -27,15 +27,25 @@ class Env:
     # --- unbatched ------------------------------------------------------------------------------
     def reset(self, key: jax.Array) -> State:
         """Start a new episode."""
-        return self._reset(key, jnp.ones((), dtype=bool))
+        return self._reset(key, jnp.ones((), dtype=bool), jnp.zeros((), jnp.int32))
 
-    def _reset(self, key: jax.Array, active: jax.Array) -> State:
+    def _reset(self, key: jax.Array, active: jax.Array, env_id: jax.Array) -> State:
+        cfg = self.cfg
         key, init_key = jax.random.split(key)
         qpos, qvel, info = self.task.init(init_key)
-        data = self.backend.init_data(qpos, qvel, active)
-        info = {**info, "rng": key, "steps": jnp.zeros((), jnp.int32)}
+        params: dict[str, jax.Array] = {}
+        if cfg.domain_randomization:
+            key, dr_key = jax.random.split(key)
+            params = {k: jnp.asarray(v, jnp.float32) for k, v in self.task.randomize(dr_key).items()}
+        info = {**info, "rng": key, "steps": jnp.zeros((), jnp.int32), "dr": params}
+        if cfg.action_latency > 0:
+            key, lat_key = jax.random.split(key)
+            info["rng"] = key
+            info["action_delay"] = jax.random.randint(lat_key, (), 0, cfg.action_latency + 1)
+            info["action_buffer"] = jnp.zeros((cfg.action_latency + 1, self.task.num_actions), jnp.float32)
+        data = self.backend.init_data(qpos, qvel, active, params, env_id)
         phys = self.backend.view(data)
-        obs = self.task.observe(phys, info)
+        obs, info = self._observe(phys, info)
         zeros = jnp.zeros((), jnp.float32)
         # Only the names and shapes of the reward terms are needed here: no computation.
         terms = jax.eval_shape(self.task.reward_terms, phys, jnp.zeros(self.task.num_actions), info)
@@ -43,14 +53,31 @@ class Env:
         return State(data=data, obs=obs, reward=zeros, terminated=jnp.zeros((), bool),
                      truncated=jnp.zeros((), bool), info=info, metrics=metrics)
 
+    def _observe(self, phys, info: dict[str, Any]) -> tuple[dict[str, jax.Array], dict[str, Any]]:
+        """The task's observations, with the configured noise on the "policy" group."""
+        obs = self.task.observe(phys, info)
+        if self.cfg.obs_noise > 0:
+            key, noise_key = jax.random.split(info["rng"])
+            info = {**info, "rng": key}
+            pol = obs["policy"]
+            obs = {**obs, "policy": pol + self.cfg.obs_noise * jax.random.normal(noise_key, pol.shape, pol.dtype)}
+        return obs, info
+
     def step(self, state: State, action: jax.Array) -> State:
         """One control step: `action_repeat` task steps, rewards summed, then the episode clock."""
         task, cfg = self.task, self.cfg
-        ctrl = task.action_to_ctrl(action)
+        info0 = state.info
+        applied = action
+        if cfg.action_latency > 0:  # the env acts on the action chosen `action_delay` steps ago
+            buffer = jnp.concatenate([action[None].astype(jnp.float32), info0["action_buffer"][:-1]])
+            applied = buffer[info0["action_delay"]]
+            info0 = {**info0, "action_buffer": buffer}
+        ctrl = task.action_to_ctrl(applied)
+        params = info0["dr"]
 
         def one(carry, _):
             data, info, reward, terminated, terms_sum = carry
-            new_data = self.backend.step(data, ctrl, cfg.n_substeps)
+            new_data = self.backend.step(data, ctrl, cfg.n_substeps, params)
             phys = self.backend.view(new_data)
             terms = task.reward_terms(phys, action, info)
             new_info = task.update_info(phys, action, info)
@@ -66,7 +93,7 @@ class Env:
 
         zero_terms = {k[len("reward/"):]: jnp.zeros_like(v) for k, v in state.metrics.items()
                       if k.startswith("reward/")}
-        carry = (state.data, state.info, jnp.zeros((), jnp.float32), jnp.zeros((), bool), zero_terms)
+        carry = (state.data, info0, jnp.zeros((), jnp.float32), jnp.zeros((), bool), zero_terms)
         if cfg.action_repeat == 1:
             carry, _ = one(carry, None)
         else:
@@ -75,14 +102,15 @@ class Env:
         steps = state.info["steps"] + 1
         info = {**info, "steps": steps}
         truncated = (steps >= cfg.episode_length) & ~terminated
-        obs = task.observe(self.backend.view(data), info)
+        obs, info = self._observe(self.backend.view(data), info)
         metrics = {**state.metrics, **{f"reward/{k}": v.astype(jnp.float32) for k, v in terms_sum.items()}}
         return State(data=data, obs=obs, reward=reward.astype(jnp.float32), terminated=terminated,
                      truncated=truncated, info=info, metrics=metrics)
 
     # --- batched ---------------------------------------------------------------------------------
     def batched_reset(self, keys: jax.Array) -> State:
-        return jax.vmap(self.reset)(keys)
+        n = keys.shape[0]
+        return jax.vmap(self._reset)(keys, jnp.ones((n,), bool), jnp.arange(n, dtype=jnp.int32))
 
     def batched_step(self, state: State, action: jax.Array) -> tuple[State, dict[str, jax.Array]]:
         """Step every env, reset the finished ones in place, return the true final observations.
@@ -105,7 +133,7 @@ class Env:
             merged, first = carry
             idx = jnp.nonzero(done & (rank >= first) & (rank < first + slots), size=slots, fill_value=0)[0]
             valid = jnp.arange(slots) < count - first
-            fresh = jax.vmap(self._reset)(stepped.info["rng"][idx], valid)
+            fresh = jax.vmap(self._reset)(stepped.info["rng"][idx], valid, idx.astype(jnp.int32))
             target = jnp.where(valid, idx, n)  # invalid slots point past the end and are dropped
 
             def put(new, old):

@@ -144,6 +144,9 @@ class VecEnv:
                                   f"(num_envs={self.num_envs})")
             new.append(jnp.asarray(value, dtype=leaf.dtype))
         self.state = jax.tree_util.tree_unflatten(treedef, new)
+        params = self.state.info["dr"]
+        if params and hasattr(self.backend, "set_params"):  # the C backend keeps them in per-env models
+            self.backend.set_params({k: np.asarray(v) for k, v in params.items()})
         if "__seed_resets__" in arrays:
             self.seed, self._resets = (int(x) for x in np.asarray(arrays["__seed_resets__"]))
 

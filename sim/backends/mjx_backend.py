@@ -29,22 +29,31 @@ class MjxBackend:
             raise BackendError(f"MJX (impl={impl}) cannot load this model: {e}") from e
         self.impl = impl
 
-    def init_data(self, qpos: jax.Array, qvel: jax.Array, active: jax.Array | None = None):
+    def _model(self, params: dict[str, jax.Array] | None):
+        """The model with this env's randomized fields (a per-env model under vmap)."""
+        if not params:
+            return self.model
+        return self.model.replace(**{k: v.astype(getattr(self.model, k).dtype) for k, v in params.items()})
+
+    def init_data(self, qpos: jax.Array, qvel: jax.Array, active: jax.Array | None = None,
+                  params: dict[str, jax.Array] | None = None, env_id: jax.Array | None = None):
         """A new physics state at (qpos, qvel) with derived quantities (sensors) computed.
 
-        `active` is accepted for parity with the C backend (which skips inactive envs) and ignored.
+        `active` and `env_id` are accepted for parity with the C backend and ignored.
         """
-        del active
-        data = self.mjx.make_data(self.model)
+        del active, env_id
+        model = self._model(params)
+        data = self.mjx.make_data(model)
         data = data.replace(qpos=qpos.astype(data.qpos.dtype), qvel=qvel.astype(data.qvel.dtype))
-        return self.mjx.forward(self.model, data)
+        return self.mjx.forward(model, data)
 
-    def step(self, data, ctrl: jax.Array, n_substeps: int):
+    def step(self, data, ctrl: jax.Array, n_substeps: int, params: dict[str, jax.Array] | None = None):
         """Advance `n_substeps` physics steps holding `ctrl`."""
         data = data.replace(ctrl=ctrl.astype(data.ctrl.dtype))
+        model = self._model(params)
 
         def body(d, _):
-            return self.mjx.step(self.model, d), None
+            return self.mjx.step(model, d), None
 
         data, _ = jax.lax.scan(body, data, None, length=n_substeps)
         return data

@@ -11,6 +11,7 @@ so the state travels as its raw bits (uint32 pairs) and is never rounded between
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 
@@ -53,6 +54,9 @@ class MujocoBackend:
         self._datas = [mujoco.MjData(model) for _ in range(self.nthread)]
         self._scratch = mujoco.MjData(model)
         self._models: list[mujoco.MjModel] = []
+        self._env_models: list[mujoco.MjModel] = []  # per-env copies, only with domain randomization
+        self._param_names: list[str] = []
+        self._warmstart = np.zeros((0, model.nv))
         self.nstate = mujoco.mj_stateSize(model, _SPEC)
         m = model
         self._shapes = (
@@ -82,14 +86,21 @@ class MujocoBackend:
         phys = np.concatenate([state[:, 1:1 + m.nq + m.nv], sensordata], axis=1, dtype=np.float32)
         return bits, phys.reshape(*lead, phys.shape[-1])
 
-    def _host_init(self, qpos, qvel, active):
-        m, d = self.model, self._scratch
+    def _host_init(self, qpos, qvel, active, env_ids, *params):
+        d = self._scratch
         lead = np.shape(active)
-        qpos, qvel = _batched(qpos, m.nq), _batched(qvel, m.nv)
+        qpos, qvel = _batched(qpos, self.model.nq), _batched(qvel, self.model.nv)
         active = np.asarray(active).reshape(-1)
+        env_ids = np.asarray(env_ids).reshape(-1)
+        params = [np.asarray(p).reshape(active.size, -1) for p in params]
         state = np.zeros((active.size, self.nstate))
-        sens = np.zeros((active.size, m.nsensordata))
+        sens = np.zeros((active.size, self.model.nsensordata))
         for i in np.flatnonzero(active):
+            m = self.model
+            if params:  # this env's randomized physics, kept in its own model until its next reset
+                m = self._env_model(int(env_ids[i]))
+                for name, value in zip(self._param_names, params, strict=True):
+                    getattr(m, name).reshape(-1)[:] = value[i]
             mujoco.mj_resetData(m, d)
             d.qpos[:] = qpos[i]
             d.qvel[:] = qvel[i]
@@ -97,6 +108,11 @@ class MujocoBackend:
             mujoco.mj_getState(m, d, state[i], _SPEC)
             sens[i] = d.sensordata
         return self._split(state, sens, lead)
+
+    def _env_model(self, env_id: int) -> mujoco.MjModel:
+        while len(self._env_models) <= env_id:
+            self._env_models.append(copy.copy(self.model))
+        return self._env_models[env_id]
 
     def _host_step(self, bits, ctrl, n_substeps: int):
         m = self.model
@@ -106,28 +122,48 @@ class MujocoBackend:
         control = _batched(ctrl, m.nu).astype(np.float64)[:, None, :]
         if n_substeps > 1:
             control = np.ascontiguousarray(np.broadcast_to(control, (n, n_substeps, m.nu)))
-        if len(self._models) != n:
-            self._models = [m] * n
+        if self._env_models:
+            models = self._env_models[:n]
+        else:
+            if len(self._models) != n:
+                self._models = [m] * n
+            models = self._models
+        if self._warmstart.shape[0] != n:
             self._warmstart = np.zeros((n, m.nv))
         state = np.empty((n, n_substeps, self.nstate))
         sens = np.empty((n, n_substeps, m.nsensordata))
         # Warm-start from zero every call: results then never depend on which thread ran an env.
-        self._pool.rollout(self._models, self._datas, state0, control, nstep=n_substeps,
+        self._pool.rollout(models, self._datas, state0, control, nstep=n_substeps,
                            initial_warmstart=self._warmstart, state=state, sensordata=sens, skip_checks=True)
         return self._split(state[:, -1], sens[:, -1], lead)
 
     # --- JAX side (traced into the environment's jitted step) --------------------------------------
-    def init_data(self, qpos: jax.Array, qvel: jax.Array, active: jax.Array | None = None) -> CData:
-        """A new physics state at (qpos, qvel), sensors computed; envs with `active=False` are skipped."""
+    def init_data(self, qpos: jax.Array, qvel: jax.Array, active: jax.Array | None = None,
+                  params: dict[str, jax.Array] | None = None, env_id: jax.Array | None = None) -> CData:
+        """A new physics state at (qpos, qvel), sensors computed; envs with `active=False` are skipped.
+
+        With randomized `params` (MjModel field overrides) the env's own model copy takes them and
+        keeps them until its next reset; `env_id` says which env this is.
+        """
         if active is None:
             active = jnp.ones((), dtype=bool)
+        params = params or {}
+        self._param_names = sorted(params)
+        env_id = jnp.zeros((), jnp.int32) if env_id is None else env_id
         bits, phys = jax.pure_callback(
-            self._host_init, self._shapes, qpos.astype(jnp.float32), qvel.astype(jnp.float32), active,
-            vmap_method="broadcast_all")
+            self._host_init, self._shapes, qpos.astype(jnp.float32), qvel.astype(jnp.float32), active, env_id,
+            *(params[k] for k in self._param_names), vmap_method="broadcast_all")
         return self._unpack(bits, phys, jnp.zeros((self.model.nu,), jnp.float32))
 
-    def step(self, data: CData, ctrl: jax.Array, n_substeps: int) -> CData:
-        """Advance `n_substeps` physics steps holding `ctrl`."""
+    def set_params(self, params: dict[str, np.ndarray]) -> None:
+        """Write every env's randomized parameters (batched [N, ...]) into its model: used on restore."""
+        for name, value in params.items():
+            value = np.asarray(value)
+            for i in range(value.shape[0]):
+                getattr(self._env_model(i), name).reshape(-1)[:] = value[i].reshape(-1)
+
+    def step(self, data: CData, ctrl: jax.Array, n_substeps: int, params: dict[str, jax.Array] | None = None) -> CData:
+        """Advance `n_substeps` physics steps holding `ctrl` (randomized parameters live in the env models)."""
         ctrl = ctrl.astype(jnp.float32)
         bits, phys = jax.pure_callback(
             lambda b, c: self._host_step(b, c, n_substeps), self._shapes, data.bits, ctrl,
