@@ -208,7 +208,8 @@ class Task:
         phys = Physics(qpos=jnp.zeros(m.nq), qvel=jnp.zeros(m.nv), sensordata=jnp.zeros(m.nsensordata),
                        ctrl=jnp.zeros(m.nu))
         _, _, info = jax.eval_shape(self.init, jax.random.PRNGKey(0))
-        info = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), info)
+        info = {**jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), info), "steps": jnp.zeros((), jnp.int32),
+                "dr": {}, "rng": jax.random.PRNGKey(0)}  # what the environment adds to every info
         names = list(jax.eval_shape(self.reward_terms, phys, jnp.zeros(m.nu), info))
         unknown = set(self.cfg.reward_scales) - set(names)
         if unknown:

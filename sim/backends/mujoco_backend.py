@@ -101,6 +101,9 @@ class MujocoBackend:
                 m = self._env_model(int(env_ids[i]))
                 for name, value in zip(self._param_names, params, strict=True):
                     getattr(m, name).reshape(-1)[:] = value[i]
+                # Derived constants (subtree masses, inverse weights...) follow the new parameters;
+                # without this the C engine keeps using the old ones (MJX computes them on the fly).
+                mujoco.mj_setConst(m, d)
             mujoco.mj_resetData(m, d)
             d.qpos[:] = qpos[i]
             d.qvel[:] = qvel[i]
@@ -161,6 +164,8 @@ class MujocoBackend:
             value = np.asarray(value)
             for i in range(value.shape[0]):
                 getattr(self._env_model(i), name).reshape(-1)[:] = value[i].reshape(-1)
+        for m in self._env_models:
+            mujoco.mj_setConst(m, self._scratch)
 
     def step(self, data: CData, ctrl: jax.Array, n_substeps: int, params: dict[str, jax.Array] | None = None) -> CData:
         """Advance `n_substeps` physics steps holding `ctrl` (randomized parameters live in the env models)."""

@@ -7,8 +7,10 @@ from sim.errors import UnknownTaskError
 from sim.tasks.cartpole import CartpoleBalance, CartpoleSwingup
 from sim.tasks.pendulum import PendulumSwingup
 from sim.tasks.point_mass import PointMass
+from sim.tasks.quadrotor import QuadrotorHover, QuadrotorTrack
 
-TASKS: dict[str, type[Task]] = {t.name: t for t in (CartpoleBalance, CartpoleSwingup, PendulumSwingup, PointMass)}
+TASKS: dict[str, type[Task]] = {t.name: t for t in (CartpoleBalance, CartpoleSwingup, PendulumSwingup, PointMass,
+                                                    QuadrotorHover, QuadrotorTrack)}
 
 
 def get_task_class(name: str) -> type[Task]:

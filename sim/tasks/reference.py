@@ -125,7 +125,7 @@ REFERENCE_POLICIES: dict[str, Policy] = {
 
 
 def measure_returns(task: str, policy: Policy | None = None, num_envs: int = 64, seed: int = 0) -> float:
-    """Mean undiscounted return of one full episode of `task` on `num_envs` envs.
+    """Mean undiscounted return of each env's first episode of `task` (`num_envs` envs).
 
     `policy` maps the batched `"policy"` observation to actions in [-1, 1]; None means uniform random
     actions from a `torch.Generator` seeded with `seed` (the envs are seeded with `seed` too).
@@ -137,15 +137,69 @@ def measure_returns(task: str, policy: Policy | None = None, num_envs: int = 64,
         gen = torch.Generator(device=env.device).manual_seed(seed)
         obs = env.get_observations()["policy"]
         total = torch.zeros(num_envs, dtype=torch.float64, device=env.device)
+        running = torch.ones(num_envs, dtype=torch.bool, device=env.device)  # first episode only
         for _ in range(env.max_episode_length):
             if policy is None:
                 actions = torch.rand(num_envs, env.num_actions, generator=gen, device=env.device) * 2.0 - 1.0
             else:
                 with torch.no_grad():
                     actions = policy(obs).to(torch.float32)
-            obs_td, rewards, _, _ = env.step(actions)
+            obs_td, rewards, dones, _ = env.step(actions)
             obs = obs_td["policy"]
-            total += rewards.to(torch.float64)
+            total += rewards.to(torch.float64) * running
+            running &= ~dones.bool()
         return float(total.mean())
     finally:
         env.close()
+
+
+# --- quadrotor -----------------------------------------------------------------------------------
+# Observation: [target - pos (3), R row-major (9), vel - target vel (3), gyro (3), previous action (4)].
+# A cascaded geometric controller: desired acceleration from position/velocity errors, collective
+# thrust along the body z axis, attitude from the desired thrust direction, then motor mixing.
+QUAD_POS_GAINS = (15.0, 7.0)       # kp, kd on position and velocity errors (1/s^2, 1/s)
+QUAD_ATT_GAINS = (3000.0, 90.0)    # attitude error and body-rate gains, as angular accelerations
+QUAD_YAW_RATE_GAIN = 10.0
+
+
+def _quad_constants() -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Nominal inertia, the mixing matrix inverse and the mass, read from the task's model."""
+    import sim
+
+    task = sim.make_task("quadrotor-hover", domain_randomization=False)
+    m = task.mj_model
+    inertia = torch.tensor(m.body_inertia[1], dtype=torch.float32)
+    pos = m.site_pos[[m.site(f"m{i}").id for i in range(1, 5)]]
+    yaw = m.actuator_gear[:, 5]
+    mix = torch.tensor([[1.0] * 4, list(pos[:, 1]), list(-pos[:, 0]), list(yaw)], dtype=torch.float32)
+    return inertia, torch.linalg.inv(mix), float(m.body_mass[1])
+
+
+_QUAD: tuple[torch.Tensor, torch.Tensor, float] | None = None
+
+
+def quadrotor_policy(obs: torch.Tensor) -> torch.Tensor:
+    """Position PD -> thrust direction -> attitude PD -> motor mixing (nominal mass and inertia)."""
+    global _QUAD
+    if _QUAD is None:
+        _QUAD = _quad_constants()
+    inertia, unmix, mass = _QUAD
+    from sim.tasks.quadrotor import MAX_THRUST
+
+    err, rot, vel_err, gyro = obs[:, 0:3], obs[:, 3:12].reshape(-1, 3, 3), obs[:, 12:15], obs[:, 15:18]
+    kp, kd = QUAD_POS_GAINS
+    acc = kp * err - kd * vel_err + torch.tensor([0.0, 0.0, 9.81])
+    body_z = rot[:, :, 2]
+    thrust = mass * (acc * body_z).sum(-1).clamp_min(0.0)
+    z_des = acc / acc.norm(dim=-1, keepdim=True).clamp_min(1e-6)
+    att_err = torch.einsum("nji,nj->ni", rot, torch.linalg.cross(body_z, z_des))  # world -> body
+    ka, kw = QUAD_ATT_GAINS
+    ang_acc = ka * att_err - kw * gyro
+    ang_acc[:, 2] = -QUAD_YAW_RATE_GAIN * gyro[:, 2]
+    torque = inertia * ang_acc
+    forces = torch.cat([thrust[:, None], torque], -1) @ unmix.T
+    return (2.0 * forces / MAX_THRUST - 1.0).clamp(-1.0, 1.0)
+
+
+REFERENCE_POLICIES["quadrotor-hover"] = quadrotor_policy
+REFERENCE_POLICIES["quadrotor-track"] = quadrotor_policy
