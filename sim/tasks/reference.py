@@ -203,3 +203,40 @@ def quadrotor_policy(obs: torch.Tensor) -> torch.Tensor:
 
 REFERENCE_POLICIES["quadrotor-hover"] = quadrotor_policy
 REFERENCE_POLICIES["quadrotor-track"] = quadrotor_policy
+
+
+# --- point mazes ---------------------------------------------------------------------------------
+# Observation: [x, y, vx, vy, goal_x, goal_y]. Each open cell points to its neighbour on a shortest
+# path to the goal cell (breadth-first search from the goal); the ball is PD-steered to that
+# neighbour's centre, and to the goal itself once in the goal cell.
+MAZE_PD = (4.0, 1.0)
+
+
+def maze_policy(layout_name: str) -> Policy:
+    from sim.tasks.maze import LAYOUTS, bfs_distances, cell_center, start_and_goal
+
+    layout = LAYOUTS[layout_name]
+    rows, cols = len(layout), len(layout[0])
+    _, goal = start_and_goal(layout)
+    dist = bfs_distances(layout, goal)
+    waypoint = torch.zeros(rows, cols, 2)
+    for (r, c), d in dist.items():
+        nxt = min(((r + dr, c + dc) for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1)) if (r + dr, c + dc) in dist),
+                  key=lambda cell: dist[cell]) if d > 0 else (r, c)
+        waypoint[r, c] = torch.tensor(cell_center(*nxt, layout))
+
+    def policy(obs: torch.Tensor) -> torch.Tensor:
+        pos, vel, goal_xy = obs[:, 0:2], obs[:, 2:4], obs[:, 4:6]
+        col = (pos[:, 0] + (cols - 1) / 2).round().long().clamp(0, cols - 1)
+        row = ((rows - 1) / 2 - pos[:, 1]).round().long().clamp(0, rows - 1)
+        target = waypoint[row, col]
+        at_goal = (row == goal[0]) & (col == goal[1])
+        target = torch.where(at_goal[:, None], goal_xy, target)
+        kp, kd = MAZE_PD
+        return (kp * (target - pos) - kd * vel).clamp(-1.0, 1.0)
+
+    return policy
+
+
+for _layout in ("umaze", "medium", "large"):
+    REFERENCE_POLICIES[f"point-maze-{_layout}"] = maze_policy(_layout)
