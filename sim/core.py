@@ -189,12 +189,17 @@ class Task:
     #: Return of the reference controller (scripted or trained) named in `reference_doc`.
     reference_return: ClassVar[float] = 0.0
     reference_doc: ClassVar[str] = ""
+    #: Scale the compiled model's masses to this total (MJCF's deprecated `settotalmass`).
+    total_mass: ClassVar[float | None] = None
 
     def __init__(self, config: TaskConfig | None = None):
         self.cfg = config if config is not None else self.config_class()
         self.cfg.validate()
         self.mj_model = mujoco.MjModel.from_xml_string(self.xml())
         self.mj_model.opt.timestep = self.cfg.sim_dt
+        if self.total_mass is not None:  # scale every body's mass and inertia, as DM Control's models do
+            mujoco.mj_setTotalmass(self.mj_model, self.total_mass)
+            mujoco.mj_setConst(self.mj_model, mujoco.MjData(self.mj_model))
         self.index = ModelIndex(self.mj_model)
         lo, hi = self.mj_model.actuator_ctrlrange.T
         limited = self.mj_model.actuator_ctrllimited.astype(bool)
@@ -286,7 +291,7 @@ def tolerance(x: Array, bounds: tuple[float, float] = (0.0, 0.0), margin: float 
     """DM-Control-style shaped reward: 1 inside `bounds`, decaying with distance outside.
 
     At a distance of `margin` from the bounds the value is `value_at_margin`; `sigmoid` picks the
-    decay shape ("gaussian" or "quadratic", the two the DM Control tasks here use).
+    decay shape ("gaussian", "linear" or "quadratic", the ones the DM Control tasks here use).
     """
     lo, hi = bounds
     in_bounds = (lo <= x) & (x <= hi)
@@ -296,9 +301,12 @@ def tolerance(x: Array, bounds: tuple[float, float] = (0.0, 0.0), margin: float 
     if sigmoid == "gaussian":
         scale = jnp.sqrt(-2.0 * jnp.log(value_at_margin))
         value = jnp.exp(-0.5 * (d * scale) ** 2)
+    elif sigmoid == "linear":
+        scaled = d * (1.0 - value_at_margin)
+        value = jnp.where(jnp.abs(scaled) < 1.0, 1.0 - jnp.abs(scaled), 0.0)
     elif sigmoid == "quadratic":
         scaled = d * jnp.sqrt(1.0 - value_at_margin)
         value = jnp.where(jnp.abs(scaled) < 1.0, 1.0 - scaled**2, 0.0)
     else:
-        raise ConfigError(f"unknown sigmoid {sigmoid!r}; use 'gaussian' or 'quadratic'")
+        raise ConfigError(f"unknown sigmoid {sigmoid!r}; use 'gaussian', 'linear' or 'quadratic'")
     return jnp.where(in_bounds, 1.0, value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sim.core import Task
 from sim.errors import UnknownTaskError
 from sim.tasks.cartpole import CartpoleBalance, CartpoleSwingup
+from sim.tasks.cheetah import CheetahRun
 from sim.tasks.maze import PointMazeLarge, PointMazeMedium, PointMazeUmaze
 from sim.tasks.pendulum import PendulumSwingup
 from sim.tasks.point_mass import PointMass
@@ -12,7 +13,7 @@ from sim.tasks.quadrotor import QuadrotorHover, QuadrotorTrack
 
 TASKS: dict[str, type[Task]] = {t.name: t for t in (CartpoleBalance, CartpoleSwingup, PendulumSwingup, PointMass,
                                                     QuadrotorHover, QuadrotorTrack, PointMazeUmaze, PointMazeMedium,
-                                                    PointMazeLarge)}
+                                                    PointMazeLarge, CheetahRun)}
 
 
 def get_task_class(name: str) -> type[Task]:
