@@ -62,7 +62,8 @@ def make_backend(task: Task, backend: str = "auto", impl: str = "jax", nthread: 
 
 
 def make(name: str, num_envs: int = 1, backend: str = "auto", device: str = "auto", seed: int = 0,
-         impl: str = "jax", nthread: int | None = None, check_actions: bool = True, **overrides: Any):
+         impl: str = "jax", nthread: int | None = None, check_actions: bool = True,
+         pixels: dict[str, Any] | None = None, **overrides: Any):
     """A torch VecEnv of `num_envs` copies of task `name` (see `sim.vecenv.VecEnv`).
 
     Args:
@@ -74,6 +75,8 @@ def make(name: str, num_envs: int = 1, backend: str = "auto", device: str = "aut
         impl: MJX implementation, "jax" or "warp" (NVIDIA, when installed).
         nthread: threads of the C backend (default: all cores).
         check_actions: raise `ActionError` on NaN/inf actions (one device sync per step).
+        pixels: add a `"pixels"` observation group of camera frames, e.g.
+            `{"camera": "side", "width": 64, "height": 64}` (rendered on the host by MuJoCo).
         **overrides: task config fields, e.g. `episode_length=500`, `reward_scales={...}`.
     """
     import torch
@@ -88,7 +91,7 @@ def make(name: str, num_envs: int = 1, backend: str = "auto", device: str = "aut
         dev = torch.device(device)
     except RuntimeError as e:
         raise ConfigError(f"device must be 'auto', 'cpu' or a torch device like 'cuda:0', got {device!r}") from e
-    return VecEnv(task, phys, num_envs=num_envs, device=dev, seed=seed, check_actions=check_actions)
+    return VecEnv(task, phys, num_envs=num_envs, device=dev, seed=seed, check_actions=check_actions, pixels=pixels)
 
 
 def make_gym(name: str, num_envs: int | None = None, **kwargs: Any):

@@ -112,11 +112,11 @@ class Env:
         n = keys.shape[0]
         return jax.vmap(self._reset)(keys, jnp.ones((n,), bool), jnp.arange(n, dtype=jnp.int32))
 
-    def batched_step(self, state: State, action: jax.Array) -> tuple[State, dict[str, jax.Array]]:
-        """Step every env, reset the finished ones in place, return the true final observations.
+    def batched_step(self, state: State, action: jax.Array) -> tuple[State, State]:
+        """Step every env, reset the finished ones in place, and return the state before the resets.
 
         Returns the next state (observations of reset envs are their new first observations) and
-        `final_obs`: the observation each env reached this step, before any reset.
+        the stepped state before any reset, whose `obs` is each env's true final observation.
 
         Resets cost only what finishes: the indices of finished envs are gathered `reset_slots` at a
         time and only those envs are re-initialised (usually one round, since episodes desynchronise;
@@ -145,7 +145,7 @@ class Env:
             return merged, first + slots
 
         next_state, _ = jax.lax.while_loop(lambda c: c[1] < count, reset_round, (stepped, jnp.zeros((), count.dtype)))
-        return next_state, stepped.obs
+        return next_state, stepped
 
 
 def reset_slots(num_envs: int) -> int:

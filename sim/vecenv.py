@@ -43,14 +43,16 @@ class VecEnv:
     `episode_length_buf`. `step` returns `(obs, rewards[N], dones[N], extras)` with
     `extras["time_outs"]` (episode ended by the time limit, not a terminal state),
     `extras["final_obs"]` (the observation each env reached before an auto-reset, for bootstrapping
-    at time-outs) and `extras["log"]` (per-step means of every reward term).
+    at time-outs) and `extras["log"]` (per-step means of every reward term). With `pixels`, every
+    observation (and `final_obs`) also carries a `"pixels"` group: uint8 RGB frames [N, H, W, 3]
+    rendered by MuJoCo from a named camera.
 
     Tensors returned by `step` view the simulator's buffers without copying: treat them as read-only
     (clone before modifying in place).
     """
 
     def __init__(self, task: Task, backend: Any, num_envs: int, device: torch.device, seed: int = 0,
-                 check_actions: bool = True):
+                 check_actions: bool = True, pixels: dict[str, Any] | None = None):
         if num_envs < 1:
             raise ConfigError(f"num_envs must be >= 1, got {num_envs}")
         self.task = task
@@ -64,11 +66,23 @@ class VecEnv:
         self.cfg: dict[str, Any] = {"task": task.name, "backend": backend.name, "num_envs": self.num_envs,
                                     "seed": seed, **dataclasses.asdict(task.cfg)}
         self._on_gpu = backend.name == "mjx" and jax.default_backend() == "gpu"
+        self._pixels = None
+        if pixels is not None:  # a "pixels" observation group rendered by MuJoCo on the host
+            from sim.rendering import Renderer
+
+            unknown = set(pixels) - {"camera", "width", "height"}
+            if unknown:
+                raise ConfigError(f"unknown pixels settings {sorted(unknown)}; valid: camera, width, height")
+            self._pixels = Renderer(task, width=int(pixels.get("width", 64)), height=int(pixels.get("height", 64)),
+                                    camera=pixels.get("camera"))
         self.seed = int(seed)
         self._resets = 0
         self._reset_fn, self._step_fn = self._compile()
         self.state: State = self._reset_fn(self._keys())
         self.observation_shapes = {k: tuple(v.shape[1:]) for k, v in self.state.obs.items()}
+        if self._pixels is not None:
+            r = self._pixels._renderer
+            self.observation_shapes["pixels"] = (r.height, r.width, 3)
 
     # --- rsl_rl VecEnv contract ------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> TensorDict:
@@ -98,6 +112,9 @@ class VecEnv:
     def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict[str, Any]]:
         actions = self._validate(actions)
         self.state, final_obs, packed, log = self._step_fn(self.state, to_jax(actions, self._on_gpu))
+        if self._pixels is not None:
+            final_obs = dict(final_obs)
+            final_obs["pixels"] = self._render(np.asarray(final_obs.pop("__qpos__")))
         # One hand-off for the per-env scalars and one for the log: fewer DLPack round trips per step.
         packed = to_torch(packed, self.device)
         log = to_torch(log, self.device)
@@ -151,6 +168,9 @@ class VecEnv:
             self.seed, self._resets = (int(x) for x in np.asarray(arrays["__seed_resets__"]))
 
     def close(self) -> None:
+        if self._pixels is not None:
+            self._pixels.close()
+            self._pixels = None
         close = getattr(self.backend, "close", None)
         if close is not None:
             close()
@@ -172,15 +192,25 @@ class VecEnv:
             return reset.result(), step.result()
 
     def _step_and_log(self, state: State, actions: jax.Array):
-        state, final_obs = self.env.batched_step(state, actions)
+        state, stepped = self.env.batched_step(state, actions)
         f32 = jnp.float32
         packed = jnp.stack([state.reward.astype(f32), state.terminated.astype(f32), state.truncated.astype(f32)], 1)
         log = jnp.stack([jnp.mean(state.metrics[k]).astype(f32) for k in self._log_keys])
+        final_obs = dict(stepped.obs)
+        if self._pixels is not None:  # joint positions before the reset, to render the final frames
+            final_obs["__qpos__"] = self.backend.view(stepped.data).qpos
         return state, final_obs, packed, log
 
     def _obs_to_torch(self, obs: dict[str, jax.Array]) -> TensorDict:
-        return TensorDict({k: to_torch(v, self.device) for k, v in obs.items()},
-                          batch_size=[self.num_envs], device=self.device)
+        groups = {k: to_torch(v, self.device) for k, v in obs.items()}
+        if self._pixels is not None and "pixels" not in groups:
+            groups["pixels"] = self._render(np.asarray(self.backend.view(self.state.data).qpos))
+        return TensorDict(groups, batch_size=[self.num_envs], device=self.device)
+
+    def _render(self, qpos: np.ndarray) -> torch.Tensor:
+        """RGB frames [N, H, W, 3] (uint8) of every env at the given joint positions."""
+        frames = np.stack([self._pixels.frame(q) for q in qpos])
+        return torch.from_numpy(frames).to(self.device)
 
     def _validate(self, actions: torch.Tensor) -> torch.Tensor:
         if not isinstance(actions, torch.Tensor):

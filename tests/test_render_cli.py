@@ -34,3 +34,26 @@ def test_cli_tasks_and_render(tmp_path, capsys):
     assert main(["render", "env=nope"]) == 2
     assert "available tasks" in capsys.readouterr().err
     assert main(["render", "colour=red"]) == 2
+
+
+def test_pixel_observations():
+    """A "pixels" group of camera frames; final_obs frames show the pre-reset state."""
+    import torch
+
+    env = sim.make("cartpole-swingup", num_envs=3, episode_length=4, pixels={"camera": "fixed", "width": 32,
+                                                                             "height": 24})
+    obs = env.get_observations()
+    assert obs["pixels"].shape == (3, 24, 32, 3) and obs["pixels"].dtype == torch.uint8
+    assert env.observation_shapes["pixels"] == (24, 32, 3)
+    first = obs["pixels"].clone()
+    for _ in range(3):
+        obs, _, dones, extras = env.step(torch.ones(3, 1))
+        torch.testing.assert_close(extras["final_obs"]["pixels"], obs["pixels"])
+    pushed = obs["pixels"].clone()
+    assert (pushed.float() - first.float()).abs().sum() > 0  # the cart moved
+    obs, _, dones, extras = env.step(torch.ones(3, 1))
+    assert dones.all()
+    assert (extras["final_obs"]["pixels"].float() - obs["pixels"].float()).abs().sum() > 0
+    env.close()
+    with pytest.raises(sim.ConfigError, match="pixels settings"):
+        sim.make("cartpole-swingup", pixels={"colour": "red"})

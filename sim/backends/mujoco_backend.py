@@ -22,6 +22,7 @@ import numpy as np
 from mujoco import rollout
 
 from sim.core import Physics
+from sim.errors import BackendError
 
 _SPEC = mujoco.mjtState.mjSTATE_FULLPHYSICS
 
@@ -126,6 +127,9 @@ class MujocoBackend:
         if n_substeps > 1:
             control = np.ascontiguousarray(np.broadcast_to(control, (n, n_substeps, m.nu)))
         if self._env_models:
+            if len(self._env_models) < n:
+                raise BackendError(f"{n} envs stepped but only {len(self._env_models)} have randomized models: "
+                                   "with domain randomization, reset through Env.batched_reset (env ids 0..N-1)")
             models = self._env_models[:n]
         else:
             if len(self._models) != n:
