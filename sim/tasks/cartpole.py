@@ -24,16 +24,14 @@ import jax
 import jax.numpy as jnp
 
 from sim.core import Physics, Task, TaskConfig, tolerance
+from sim.tasks._scene import scene_assets
 
 XML = """
 <mujoco model="cartpole">
   <option timestep="0.01" integrator="RK4">
     <flag contact="disable"/>
   </option>
-  <visual><global offwidth="640" offheight="480"/></visual>
-  <asset>
-    <texture name="grid" type="2d" builtin="checker" rgb1=".1 .2 .3" rgb2=".2 .3 .4" width="300" height="300"/>
-    <material name="grid" texture="grid" texrepeat="1 1" texuniform="true" reflectance=".2"/>
+  __SCENE__
     <material name="self" rgba=".7 .5 .3 1"/>
     <material name="decoration" rgba=".3 .5 .7 1"/>
   </asset>
@@ -79,7 +77,7 @@ class Cartpole(Task):
     config_class = CartpoleConfig
 
     def xml(self) -> str:
-        return XML
+        return XML.replace("__SCENE__", scene_assets())
 
     def init(self, key):
         k1, k2, k3 = jax.random.split(key, 3)

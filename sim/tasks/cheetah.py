@@ -22,15 +22,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from sim.core import Physics, Task, TaskConfig, tolerance
+from sim.tasks._scene import scene_assets
 
 XML = """
 <mujoco model="cheetah">
   <compiler angle="radian" autolimits="true"/>
   <option timestep="0.01"/>
-  <visual><global offwidth="640" offheight="480"/></visual>
-  <asset>
-    <texture name="grid" type="2d" builtin="checker" rgb1=".1 .2 .3" rgb2=".2 .3 .4" width="300" height="300"/>
-    <material name="grid" texture="grid" texrepeat="1 1" texuniform="true" reflectance=".2"/>
+  __SCENE__
     <material name="self" rgba=".7 .5 .3 1"/>
   </asset>
   <default>
@@ -115,7 +113,7 @@ class CheetahRun(Task):
                      "(benchmarks/references/cheetah-run-ppo)")
 
     def xml(self) -> str:
-        return XML
+        return XML.replace("__SCENE__", scene_assets())
 
     def init(self, key):
         m = self.mj_model

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sim.core import Physics, Task, TaskConfig
+from sim.tasks._scene import scene_assets
 
 LAYOUTS = {
     "umaze": ["#####",
@@ -91,10 +92,7 @@ def maze_xml(layout: list[str]) -> str:
     return f"""
 <mujoco model="point_maze">
   <option timestep="0.01"/>
-  <visual><global offwidth="640" offheight="480"/></visual>
-  <asset>
-    <texture name="grid" type="2d" builtin="checker" rgb1=".1 .2 .3" rgb2=".2 .3 .4" width="300" height="300"/>
-    <material name="grid" texture="grid" texrepeat="8 8" texuniform="true" reflectance=".2"/>
+  {scene_assets("8 8")}
     <material name="wall" rgba=".7 .5 .3 1"/>
   </asset>
   <worldbody>

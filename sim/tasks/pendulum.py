@@ -18,16 +18,14 @@ import jax
 import jax.numpy as jnp
 
 from sim.core import Physics, Task, TaskConfig
+from sim.tasks._scene import scene_assets
 
 XML = """
 <mujoco model="pendulum">
   <option timestep="0.02">
     <flag contact="disable"/>
   </option>
-  <visual><global offwidth="640" offheight="480"/></visual>
-  <asset>
-    <texture name="grid" type="2d" builtin="checker" rgb1=".1 .2 .3" rgb2=".2 .3 .4" width="300" height="300"/>
-    <material name="grid" texture="grid" texrepeat="1 1" texuniform="true" reflectance=".2"/>
+  __SCENE__
     <material name="self" rgba=".7 .5 .3 1"/>
     <material name="effector" rgba=".7 .4 .2 1"/>
   </asset>
@@ -73,7 +71,7 @@ class PendulumSwingup(Task):
     config_class = PendulumConfig
 
     def xml(self) -> str:
-        return XML
+        return XML.replace("__SCENE__", scene_assets())
 
     def init(self, key):
         angle = jax.random.uniform(key, (1,), minval=-jnp.pi, maxval=jnp.pi)

@@ -21,16 +21,14 @@ import jax
 import jax.numpy as jnp
 
 from sim.core import Physics, Task, TaskConfig, tolerance
+from sim.tasks._scene import scene_assets
 
 XML = """
 <mujoco model="point_mass">
   <option timestep="0.02">
     <flag contact="disable"/>
   </option>
-  <visual><global offwidth="640" offheight="480"/></visual>
-  <asset>
-    <texture name="grid" type="2d" builtin="checker" rgb1=".1 .2 .3" rgb2=".2 .3 .4" width="300" height="300"/>
-    <material name="grid" texture="grid" texrepeat="1 1" texuniform="true" reflectance=".2"/>
+  __SCENE__
     <material name="self" rgba=".7 .5 .3 1"/>
     <material name="target" rgba=".6 .3 .3 1"/>
   </asset>
@@ -82,7 +80,7 @@ class PointMass(Task):
     config_class = PointMassConfig
 
     def xml(self) -> str:
-        return XML
+        return XML.replace("__SCENE__", scene_assets())
 
     def init(self, key):
         qpos = jax.random.uniform(key, (2,), minval=-0.29, maxval=0.29)

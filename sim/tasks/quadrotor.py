@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from sim.core import Physics, Task, TaskConfig
+from sim.tasks._scene import scene_assets
 
 MASS = 0.027
 ARM = 0.028
@@ -42,10 +43,7 @@ XML = f"""
 <mujoco model="quadrotor">
   <option timestep="0.002"/>
   <default><geom contype="0" conaffinity="0"/></default>
-  <visual><global offwidth="640" offheight="480"/></visual>
-  <asset>
-    <texture name="grid" type="2d" builtin="checker" rgb1=".1 .2 .3" rgb2=".2 .3 .4" width="300" height="300"/>
-    <material name="grid" texture="grid" texrepeat="4 4" texuniform="true" reflectance=".2"/>
+  {scene_assets("4 4")}
   </asset>
   <worldbody>
     <light name="light" pos="0 0 4"/>
