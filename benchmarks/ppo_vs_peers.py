@@ -88,16 +88,13 @@ class Tracker:
 
 
 def run_robolearn(task: str, num_envs: int, args) -> dict[str, Any]:
-    from policies.actor_critic import ActorCritic
     from robolearn.algos.ppo import PPO, PPOConfig
     from robolearn.runners.on_policy import OnPolicyRunner
 
     torch.manual_seed(0)
     env = Tracker(sim.make(task, num_envs=num_envs, seed=0), args.threshold, args.budget_s, args.budget_steps)
-    cfg = PPOConfig(actor_hidden=(64, 64), critic_hidden=(64, 64))
-    policy = ActorCritic(env.observation_shapes["policy"][0], env.num_actions, actor_hidden=(64, 64),
-                         critic_hidden=(64, 64))
-    runner = OnPolicyRunner(env, PPO(policy, cfg, torch.device("cpu")), "/tmp/robolearn-bench", {}, progress=False)
+    algo = PPO.for_env(env, PPOConfig(actor_hidden=(64, 64), critic_hidden=(64, 64)), torch.device("cpu"))
+    runner = OnPolicyRunner(env, algo, "/tmp/robolearn-bench", {}, progress=False)
     while not env.done:
         runner.learn(runner.iteration + 1, checkpoint_interval=10**9, random_episode_start=True)
     runner.close()

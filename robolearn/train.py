@@ -67,7 +67,6 @@ def _policy_from_config(cfg: dict[str, Any]):
 
 def train(overrides: list[str]) -> Path:
     """Train PPO as configured; returns the run directory."""
-    from policies.actor_critic import ActorCritic
     from robolearn.algos.ppo import PPO
     from robolearn.runners.on_policy import OnPolicyRunner
 
@@ -95,14 +94,8 @@ def train(overrides: list[str]) -> Path:
     seed = int(cfg["seed"])
     torch.manual_seed(seed)
     env = _make_env(cfg["env"], seed)
-    algo_cfg = _ppo_config(cfg["algo"])
-    critic_dim = env.observation_shapes.get("critic", env.observation_shapes["policy"])[0]
-    policy = ActorCritic(env.observation_shapes["policy"][0], env.num_actions, critic_dim,
-                         actor_hidden=algo_cfg.actor_hidden, critic_hidden=algo_cfg.critic_hidden,
-                         activation=algo_cfg.activation, init_std=algo_cfg.init_std,
-                         normalize_obs=algo_cfg.normalize_obs)
-    device = torch.device(cfg["device"])
-    runner = OnPolicyRunner(env, PPO(policy, algo_cfg, device), run_dir, cfg, seed=seed, progress=cfg["progress"])
+    algo = PPO.for_env(env, _ppo_config(cfg["algo"]), torch.device(cfg["device"]))
+    runner = OnPolicyRunner(env, algo, run_dir, cfg, seed=seed, progress=cfg["progress"])
     if resuming:
         runner.restore(run_dir / "checkpoints" / "latest")
     try:

@@ -19,32 +19,32 @@ from robolearn.train import evaluate, load_policy, train
 TIMING = {"env_steps_per_s", "collection_steps_per_s", "wall_s"}
 
 
-def _runner(tmp_path, num_envs=16, seed=0, **env_overrides):
+def _runner(tmp_path, task="cartpole-balance", num_envs=16, seed=0, hidden=(32, 32), **cfg_and_env):
+    """A PPO runner on `task`; PPOConfig fields and task overrides may both be passed."""
     torch.manual_seed(seed)  # the policy's initial weights
-    env = sim.make("cartpole-balance", num_envs=num_envs, seed=seed, **env_overrides)
-    cfg = PPOConfig(num_steps=8, num_epochs=2, num_minibatches=2, actor_hidden=(32, 32), critic_hidden=(32, 32))
-    policy = ActorCritic(5, 1, actor_hidden=cfg.actor_hidden, critic_hidden=cfg.critic_hidden)
-    return OnPolicyRunner(env, PPO(policy, cfg, torch.device("cpu")), tmp_path, {"test": True}, seed=seed,
+    fields = {f for f in PPOConfig.__dataclass_fields__}
+    cfg = PPOConfig(actor_hidden=hidden, critic_hidden=hidden, **{k: v for k, v in cfg_and_env.items() if k in fields})
+    env = sim.make(task, num_envs=num_envs, seed=seed, **{k: v for k, v in cfg_and_env.items() if k not in fields})
+    return OnPolicyRunner(env, PPO.for_env(env, cfg, torch.device("cpu")), tmp_path, {"test": True}, seed=seed,
                           progress=False)
 
 
+def _small(tmp_path, **kw):
+    return _runner(tmp_path, num_steps=8, num_epochs=2, num_minibatches=2, **kw)
+
+
 def test_ppo_solves_cartpole_balance(tmp_path):
-    torch.manual_seed(0)
-    env = sim.make("cartpole-balance", num_envs=64, seed=0)
-    cfg = PPOConfig(actor_hidden=(64, 64), critic_hidden=(64, 64))
-    policy = ActorCritic(5, 1, actor_hidden=cfg.actor_hidden, critic_hidden=cfg.critic_hidden)
-    runner = OnPolicyRunner(env, PPO(policy, cfg, torch.device("cpu")), tmp_path, {}, seed=0, progress=False)
-    rows = runner.learn(150, checkpoint_interval=1000)
+    rows = _runner(tmp_path, num_envs=64, hidden=(64, 64)).learn(150, checkpoint_interval=1000)
     # Random actions score 354, the LQR reference 1000 (sim/tasks/reference.py).
     assert rows[-1]["mean_return"] > 900, rows[-1]["mean_return"]
     assert rows[-1]["env_steps"] == 150 * 32 * 64
 
 
 def test_resume_reproduces_uninterrupted_run(tmp_path):
-    straight = _runner(tmp_path / "a", episode_length=40).learn(6, checkpoint_interval=100)
-    first = _runner(tmp_path / "b", episode_length=40)
+    straight = _small(tmp_path / "a", episode_length=40).learn(6, checkpoint_interval=100)
+    first = _small(tmp_path / "b", episode_length=40)
     first.learn(3, checkpoint_interval=3)
-    resumed = _runner(tmp_path / "c", seed=123, episode_length=40)  # wrong seed on purpose: restore wins
+    resumed = _small(tmp_path / "c", seed=123, episode_length=40)  # wrong seed on purpose: restore wins
     resumed.restore(tmp_path / "b" / "checkpoints" / "latest")
     rest = resumed.learn(6, checkpoint_interval=100)
     assert [r["iteration"] for r in rest] == [4, 5, 6]
@@ -53,7 +53,7 @@ def test_resume_reproduces_uninterrupted_run(tmp_path):
 
 
 def test_checkpoint_round_trip(tmp_path):
-    runner = _runner(tmp_path)
+    runner = _small(tmp_path)
     runner.learn(2, checkpoint_interval=100)
     path = runner.save(tmp_path / "ckpt")
     assert sorted(p.name for p in path.iterdir()) == ["config.json", "model.safetensors", "trainer.json",
@@ -71,7 +71,7 @@ def test_checkpoint_round_trip(tmp_path):
 def test_bad_checkpoints_raise_clear_errors(tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         checkpoint.load(tmp_path / "nope")
-    runner = _runner(tmp_path)
+    runner = _small(tmp_path)
     path = runner.save(tmp_path / "ckpt")
     (path / "model.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(CheckpointError, match="corrupt"):
@@ -116,10 +116,5 @@ def test_cli_train_eval_resume(tmp_path, capsys):
 
 def test_ppo_learns_cheetah_run(tmp_path):
     """The locomotion learning test: 50 PPO iterations (205K env-steps) lift cheetah-run well above random (3.8)."""
-    torch.manual_seed(0)
-    env = sim.make("cheetah-run", num_envs=128, seed=0)
-    cfg = PPOConfig(actor_hidden=(64, 64), critic_hidden=(64, 64))
-    policy = ActorCritic(17, 6, actor_hidden=cfg.actor_hidden, critic_hidden=cfg.critic_hidden)
-    runner = OnPolicyRunner(env, PPO(policy, cfg, torch.device("cpu")), tmp_path, {}, seed=0, progress=False)
-    rows = runner.learn(50, checkpoint_interval=10**6)
+    rows = _runner(tmp_path, task="cheetah-run", num_envs=128, hidden=(64, 64)).learn(50, checkpoint_interval=10**6)
     assert rows[-1]["mean_return"] > 60, rows[-1]["mean_return"]

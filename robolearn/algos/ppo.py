@@ -91,6 +91,15 @@ class RolloutStorage:
 class PPO:
     """The PPO learner: owns the actor-critic, its optimizer and the update."""
 
+    @classmethod
+    def for_env(cls, env, cfg: PPOConfig, device: torch.device) -> PPO:
+        """PPO with an actor-critic sized for `env`'s observation groups and actions, as `cfg` says."""
+        shapes = env.observation_shapes
+        policy = ActorCritic(shapes["policy"][0], env.num_actions, shapes.get("critic", shapes["policy"])[0],
+                             actor_hidden=cfg.actor_hidden, critic_hidden=cfg.critic_hidden,
+                             activation=cfg.activation, init_std=cfg.init_std, normalize_obs=cfg.normalize_obs)
+        return cls(policy, cfg, device)
+
     def __init__(self, policy: ActorCritic, cfg: PPOConfig, device: torch.device):
         self.policy = policy.to(device)
         self.cfg = cfg
