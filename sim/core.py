@@ -189,6 +189,11 @@ class Task:
     #: Return of the reference controller (scripted or trained) named in `reference_doc`.
     reference_return: ClassVar[float] = 0.0
     reference_doc: ClassVar[str] = ""
+    #: Where the reference controller lives: "module:function" of a scripted policy (batched torch
+    #: "policy" observation -> actions in [-1, 1]) ...
+    reference_policy: ClassVar[str] = ""
+    #: ... or the repo-relative checkpoint directory of a trained one (`robolearn.train.load_policy`).
+    reference_checkpoint: ClassVar[str] = ""
     #: Scale the compiled model's masses to this total (MJCF's deprecated `settotalmass`).
     total_mass: ClassVar[float | None] = None
 
@@ -262,6 +267,15 @@ class Task:
         Called at every reset when `cfg.domain_randomization` is on; the values hold for the whole
         episode, on both backends. Example: `{"body_mass": self.mj_model.body_mass * scale}`.
         The default randomizes nothing.
+        """
+        return {}
+
+    def metrics(self, phys: Physics, info: dict[str, Array]) -> dict[str, Array]:
+        """Named scalar metrics after each control step, logged in `extras["log"]`; default none.
+
+        A name starting with `"episode/"` is logged as its mean over the episodes that end at that
+        step (their final value): `"episode/success"` set to 1.0 in successful episodes is a success
+        rate. Other names are means over all envs, like the reward terms.
         """
         return {}
 

@@ -50,6 +50,7 @@ class Env:
         # Only the names and shapes of the reward terms are needed here: no computation.
         terms = jax.eval_shape(self.task.reward_terms, phys, jnp.zeros(self.task.num_actions), info)
         metrics = {f"reward/{k}": jnp.zeros(v.shape, jnp.float32) for k, v in terms.items()}
+        metrics.update({k: jnp.asarray(v, jnp.float32) for k, v in self.task.metrics(phys, info).items()})
         return State(data=data, obs=obs, reward=zeros, terminated=jnp.zeros((), bool),
                      truncated=jnp.zeros((), bool), info=info, metrics=metrics)
 
@@ -102,8 +103,10 @@ class Env:
         steps = state.info["steps"] + 1
         info = {**info, "steps": steps}
         truncated = (steps >= cfg.episode_length) & ~terminated
-        obs, info = self._observe(self.backend.view(data), info)
-        metrics = {**state.metrics, **{f"reward/{k}": v.astype(jnp.float32) for k, v in terms_sum.items()}}
+        phys = self.backend.view(data)
+        obs, info = self._observe(phys, info)
+        metrics = {**state.metrics, **{f"reward/{k}": v.astype(jnp.float32) for k, v in terms_sum.items()},
+                   **{k: jnp.asarray(v, jnp.float32) for k, v in task.metrics(phys, info).items()}}
         return State(data=data, obs=obs, reward=reward.astype(jnp.float32), terminated=terminated,
                      truncated=truncated, info=info, metrics=metrics)
 

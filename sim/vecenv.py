@@ -43,7 +43,8 @@ class VecEnv:
     `episode_length_buf`. `step` returns `(obs, rewards[N], dones[N], extras)` with
     `extras["time_outs"]` (episode ended by the time limit, not a terminal state),
     `extras["final_obs"]` (the observation each env reached before an auto-reset, for bootstrapping
-    at time-outs) and `extras["log"]` (per-step means of every reward term). With `pixels`, every
+    at time-outs) and `extras["log"]` (per-step means of every reward term and task metric;
+    `episode/` metrics average over the episodes ending at the step, NaN if none). With `pixels`, every
     observation (and `final_obs`) also carries a `"pixels"` group: uint8 RGB frames [N, H, W, 3]
     rendered by MuJoCo from a named camera.
 
@@ -195,7 +196,8 @@ class VecEnv:
         state, stepped = self.env.batched_step(state, actions)
         f32 = jnp.float32
         packed = jnp.stack([state.reward.astype(f32), state.terminated.astype(f32), state.truncated.astype(f32)], 1)
-        log = jnp.stack([jnp.mean(state.metrics[k]).astype(f32) for k in self._log_keys])
+        done = (stepped.terminated | stepped.truncated).astype(f32)
+        log = jnp.stack([_log_value(stepped.metrics[k].astype(f32), done, k) for k in self._log_keys])
         final_obs = dict(stepped.obs)
         if self._pixels is not None:  # joint positions before the reset, to render the final frames
             final_obs["__qpos__"] = self.backend.view(stepped.data).qpos
@@ -233,3 +235,11 @@ class VecEnv:
     def __repr__(self) -> str:
         return (f"VecEnv({self.task.name!r}, num_envs={self.num_envs}, backend={self.backend.name!r}, "
                 f"device={self.device})")
+
+
+def _log_value(value: jax.Array, done: jax.Array, name: str) -> jax.Array:
+    """Mean over envs; for `episode/` metrics, over the envs that finished (NaN when none did)."""
+    if not name.startswith("episode/"):
+        return jnp.mean(value)
+    count = jnp.sum(done)
+    return jnp.where(count > 0, jnp.sum(value * done) / jnp.maximum(count, 1.0), jnp.nan)

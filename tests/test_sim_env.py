@@ -262,3 +262,15 @@ def test_action_repeat_freezes_at_termination():
     assert d3.all() and e3["terminated"].all() and not e3["time_outs"].any()
     torch.testing.assert_close(e3["final_obs"]["policy"], e1["final_obs"]["policy"])
     torch.testing.assert_close(r3, r1)
+
+
+def test_episode_metrics_average_over_finished_episodes():
+    """`episode/` metrics are logged over the envs that finished at the step, NaN when none did."""
+    import jax.numpy as jnp
+
+    from sim.vecenv import _log_value
+
+    value = jnp.array([1.0, 0.0, 1.0, 0.0])
+    assert float(_log_value(value, jnp.array([1.0, 1.0, 1.0, 0.0]), "episode/success")) == pytest.approx(2 / 3)
+    assert bool(jnp.isnan(_log_value(value, jnp.zeros(4), "episode/success")))
+    assert float(_log_value(value, jnp.zeros(4), "height")) == 0.5

@@ -8,20 +8,20 @@ import pytest
 
 import sim
 from sim.tasks import TASKS
-from sim.tasks.reference import REFERENCE_POLICIES, measure_returns
+from sim.tasks.reference import measure_returns, scripted_policy
 
-# Tasks whose reference is a trained policy shipped as a checkpoint rather than a scripted controller.
-TRAINED = {"cheetah-run": Path(__file__).parents[1] / "benchmarks" / "references" / "cheetah-run-ppo"}
+ROOT = Path(__file__).parents[1]
 
 
 def _reference_policy(name: str):
-    if name not in TRAINED:
-        return REFERENCE_POLICIES[name]
+    scripted = scripted_policy(name)
+    if scripted is not None:
+        return scripted
     from tensordict import TensorDict
 
     from robolearn.train import load_policy
 
-    policy, _ = load_policy(TRAINED[name])
+    policy, _ = load_policy(ROOT / TASKS[name].reference_checkpoint)
     return lambda obs: policy(TensorDict({"policy": obs}, batch_size=[obs.shape[0]]))
 
 
@@ -32,7 +32,7 @@ def test_task_is_documented(name):
     for word in ("Observation", "Action", "Reward"):
         assert word in doc, f"{name}'s docstring must describe its {word.lower()}"
     assert cls.reference_return > cls.random_return and cls.reference_doc
-    assert name in REFERENCE_POLICIES or name in TRAINED
+    assert scripted_policy(name) is not None or (ROOT / cls.reference_checkpoint / "config.json").is_file()
 
 
 @pytest.mark.parametrize("name", sim.list_tasks())

@@ -92,6 +92,7 @@ class OnPolicyRunner:
 
     def _rollout(self, obs: TensorDict) -> tuple[TensorDict, dict[str, float]]:
         log_sums: dict[str, float] = {}
+        log_counts: dict[str, int] = {}
         for _ in range(self.algo.cfg.num_steps):
             actions, log_probs, values = self.algo.act(obs)
             next_obs, rewards, dones, extras = self.env.step(actions)
@@ -102,10 +103,12 @@ class OnPolicyRunner:
                              time_outs, final)
             self._track_episodes(rewards, dones.bool())
             for k, v in extras["log"].items():
-                log_sums[k] = log_sums.get(k, 0.0) + float(v)
+                v = float(v)
+                if v == v:  # NaN: an `episode/` metric with no episode ending at this step
+                    log_sums[k] = log_sums.get(k, 0.0) + v
+                    log_counts[k] = log_counts.get(k, 0) + 1
             obs = next_obs
-        n = self.algo.cfg.num_steps
-        return obs, {k: v / n for k, v in log_sums.items()}
+        return obs, {k: v / log_counts[k] for k, v in log_sums.items()}
 
     def _track_episodes(self, rewards: torch.Tensor, dones: torch.Tensor) -> None:
         self.ep_return += rewards.to(torch.float64)

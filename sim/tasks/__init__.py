@@ -1,4 +1,8 @@
-"""The task registry: every task by name."""
+"""The task registry: every task by name.
+
+To add a task family: write `sim/tasks/<family>.py`, import its classes here and list them in
+`_CLASSES` (one line per family).
+"""
 
 from __future__ import annotations
 
@@ -11,9 +15,16 @@ from sim.tasks.pendulum import PendulumSwingup
 from sim.tasks.point_mass import PointMass
 from sim.tasks.quadrotor import QuadrotorHover, QuadrotorTrack
 
-TASKS: dict[str, type[Task]] = {t.name: t for t in (CartpoleBalance, CartpoleSwingup, PendulumSwingup, PointMass,
-                                                    QuadrotorHover, QuadrotorTrack, PointMazeUmaze, PointMazeMedium,
-                                                    PointMazeLarge, CheetahRun)}
+_CLASSES: list[type[Task]] = [
+    CartpoleBalance, CartpoleSwingup,
+    PendulumSwingup,
+    PointMass,
+    QuadrotorHover, QuadrotorTrack,
+    PointMazeUmaze, PointMazeMedium, PointMazeLarge,
+    CheetahRun,
+]
+
+TASKS: dict[str, type[Task]] = {t.name: t for t in _CLASSES}
 
 
 def get_task_class(name: str) -> type[Task]:

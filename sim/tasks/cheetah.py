@@ -111,6 +111,7 @@ class CheetahRun(Task):
     reference_return = 644.2
     reference_doc = ("trained: PPO, 1.6M env-steps, 256 envs, 128x128 networks, deterministic policy "
                      "(benchmarks/references/cheetah-run-ppo)")
+    reference_checkpoint = "benchmarks/references/cheetah-run-ppo"
 
     def xml(self) -> str:
         return XML.replace("__SCENE__", scene_assets())

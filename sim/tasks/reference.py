@@ -27,6 +27,7 @@ Gains were tuned empirically (grid and random search on many envs, seeds other t
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 import torch
@@ -122,6 +123,20 @@ REFERENCE_POLICIES: dict[str, Policy] = {
     "pendulum-swingup": pendulum_swingup_policy,
     "point-mass": point_mass_policy,
 }
+
+
+def scripted_policy(task: str) -> Policy | None:
+    """The scripted reference controller of `task`: from `REFERENCE_POLICIES`, or the task class's
+    `reference_policy` ("module:function"); None if the task's reference is a trained checkpoint."""
+    if task in REFERENCE_POLICIES:
+        return REFERENCE_POLICIES[task]
+    from sim.tasks import get_task_class
+
+    path = get_task_class(task).reference_policy
+    if not path:
+        return None
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def measure_returns(task: str, policy: Policy | None = None, num_envs: int = 64, seed: int = 0) -> float:
