@@ -274,3 +274,21 @@ def test_episode_metrics_average_over_finished_episodes():
     assert float(_log_value(value, jnp.array([1.0, 1.0, 1.0, 0.0]), "episode/success")) == pytest.approx(2 / 3)
     assert bool(jnp.isnan(_log_value(value, jnp.zeros(4), "episode/success")))
     assert float(_log_value(value, jnp.zeros(4), "height")) == 0.5
+
+
+def test_maze_success_rate_is_logged():
+    """point-maze logs `episode/success` over finished episodes: the scripted planner succeeds."""
+    from sim.tasks.reference import scripted_policy
+
+    env = sim.make("point-maze-umaze", num_envs=8, seed=0)
+    policy = scripted_policy("point-maze-umaze")
+    obs = env.get_observations()["policy"]
+    rates = []
+    for _ in range(env.max_episode_length):
+        obs_td, _, _, extras = env.step(policy(obs))
+        obs = obs_td["policy"]
+        rate = float(extras["log"]["episode/success"])
+        if rate == rate:
+            rates.append(rate)
+    env.close()
+    assert rates and min(rates) == 1.0

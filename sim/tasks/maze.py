@@ -10,7 +10,8 @@ Reward term `goal`: 1 while within 0.5 m of the goal, else 0 (sparse). No termin
 `terminate_at_goal=True` ends the episode on arrival instead.
 Initial state: the start cell (the top-left open cell) plus U(-0.25, 0.25) in x and y; the goal
 is the open cell farthest from it (by path length), plus U(-0.25, 0.25) noise per episode.
-Success metric: `reward/goal` > 0 (logged per step).
+Success metric: `episode/success`, 1 if the ball came within 0.5 m of the goal at any point of the
+episode (logged over finished episodes, a success rate).
 """
 
 from __future__ import annotations
@@ -146,13 +147,19 @@ class PointMaze(Task):
         k1, k2 = jax.random.split(key)
         pos = jnp.asarray(self.start_xy) + jax.random.uniform(k1, (2,), minval=-0.25, maxval=0.25)
         goal = jnp.asarray(self.goal_xy) + jax.random.uniform(k2, (2,), minval=-0.25, maxval=0.25)
-        return pos, jnp.zeros(2), {"goal": goal}
+        return pos, jnp.zeros(2), {"goal": goal, "reached": jnp.zeros((), bool)}
 
     def observe(self, phys: Physics, info):
         return {"policy": jnp.concatenate([phys.qpos, phys.qvel, info["goal"]]).astype(jnp.float32)}
 
     def reward_terms(self, phys: Physics, action, info):
         return {"goal": (jnp.linalg.norm(phys.qpos - info["goal"]) <= GOAL_RADIUS).astype(jnp.float32)}
+
+    def update_info(self, phys: Physics, action, info):
+        return {**info, "reached": info["reached"] | (jnp.linalg.norm(phys.qpos - info["goal"]) <= GOAL_RADIUS)}
+
+    def metrics(self, phys: Physics, info):
+        return {"episode/success": info["reached"].astype(jnp.float32)}
 
     def terminated(self, phys: Physics, info):
         if not self.cfg.terminate_at_goal:
