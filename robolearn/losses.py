@@ -1,4 +1,4 @@
-"""Policy-gradient losses shared by every on-policy trainer (robot, VLA, language model).
+"""Losses shared by every trainer: policy-gradient losses (robot, VLA, language model) and value losses.
 
 Tensors are `[B, T]` per-step quantities with a `mask` (see `robolearn.advantages`); for plain PPO
 on flat minibatches pass `[N]` tensors and no mask. Each loss returns the aggregated scalar plus a
@@ -7,7 +7,10 @@ dict of diagnostics (clip fractions, approximate KL) for logging.
 
 from __future__ import annotations
 
+import math
+
 import torch
+from torch import nn
 
 from robolearn.errors import ConfigError
 
@@ -93,3 +96,41 @@ def kl_estimate(logp: Tensor, ref_logp: Tensor, kind: str = "k3") -> Tensor:
     if kind == "k3":
         return torch.expm1(-log_ratio) + log_ratio
     raise ConfigError(f"unknown KL estimator {kind!r}; use 'k1', 'k2' or 'k3'")
+
+
+class HLGauss(nn.Module):
+    """Histogram loss with Gaussian targets ("Stop Regressing", Farebrother et al. 2024) for value learning.
+
+    A value is represented by logits over `num_bins` equal bins on [v_min, v_max]; the predicted
+    value is the expectation over bin centres. A scalar target t becomes the probability mass that
+    N(t, sigma^2) puts in each bin (renormalised to the support), with sigma = `sigma_ratio` bin
+    widths (0.75 by default, spreading mass over about six bins); the loss is the cross-entropy
+    between that histogram and the predicted softmax. Targets outside the support are clamped.
+    """
+
+    def __init__(self, v_min: float, v_max: float, num_bins: int = 101, sigma_ratio: float = 0.75):
+        super().__init__()
+        if not v_max > v_min or num_bins < 2 or sigma_ratio <= 0:
+            raise ConfigError(f"HL-Gauss needs v_max > v_min, num_bins >= 2, sigma_ratio > 0; got "
+                              f"[{v_min}, {v_max}], {num_bins}, {sigma_ratio}")
+        self.v_min, self.v_max, self.num_bins = float(v_min), float(v_max), int(num_bins)
+        width = (self.v_max - self.v_min) / num_bins
+        self.sigma = sigma_ratio * width
+        self.register_buffer("edges", torch.linspace(self.v_min, self.v_max, num_bins + 1), persistent=False)
+        self.register_buffer("centers", (self.edges[:-1] + self.edges[1:]) / 2, persistent=False)
+
+    def target_probs(self, target: Tensor) -> Tensor:
+        """[..., num_bins] histogram of N(target, sigma^2) restricted to the support."""
+        t = target.clamp(self.v_min, self.v_max).unsqueeze(-1)
+        cdf = torch.special.erf((self.edges - t) / (math.sqrt(2.0) * self.sigma))
+        mass = cdf[..., 1:] - cdf[..., :-1]
+        return mass / (cdf[..., -1:] - cdf[..., :1]).clamp_min(1e-12)
+
+    def value(self, logits: Tensor) -> Tensor:
+        """Expected value under softmax(logits)."""
+        return torch.softmax(logits, -1) @ self.centers
+
+    def loss(self, logits: Tensor, target: Tensor) -> Tensor:
+        """Per-element cross-entropy between the target histogram (no gradient) and softmax(logits)."""
+        probs = self.target_probs(target.detach())
+        return -(probs * torch.log_softmax(logits, -1)).sum(-1)

@@ -56,20 +56,42 @@ def _ppo_config(algo_cfg: dict[str, Any]):
     return PPOConfig(**{k: v for k, v in algo_cfg.items() if k in fields})
 
 
+def _sac_config(algo_cfg: dict[str, Any]):
+    from robolearn.algos.sac import SACConfig
+
+    fields = {f.name for f in dataclasses.fields(SACConfig)}
+    runner_keys = {"name", "recipe", "steps_per_iteration", "num_envs", "env_steps"}
+    unknown = set(algo_cfg) - fields - runner_keys
+    if unknown:
+        raise ConfigError(f"unknown SAC settings {sorted(unknown)}; valid: {sorted(fields | runner_keys)}")
+    return SACConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in algo_cfg.items() if k in fields})
+
+
+class SquashedPolicy(torch.nn.Module):
+    """The deterministic (mode) action of a SAC checkpoint's actor, called like the PPO policy: obs -> actions."""
+
+    def __init__(self, obs_dim: int, num_actions: int, sac: dict[str, Any], **_: Any):
+        super().__init__()
+        from policies.ensemble import TanhGaussianActor
+
+        self.actor = TanhGaussianActor(obs_dim, num_actions, tuple(sac["actor_hidden"]), sac["activation"],
+                                       sac["actor_layer_norm"])
+
+    def forward(self, obs: Any) -> torch.Tensor:
+        return self.actor.mode(obs["policy"])
+
+
 def _policy_from_config(cfg: dict[str, Any]):
     from policies.actor_critic import ActorCritic
 
     try:
-        return ActorCritic(**cfg)
+        return SquashedPolicy(**cfg) if "sac" in cfg else ActorCritic(**cfg)
     except TypeError as e:
-        raise CheckpointError(f"checkpoint policy config does not fit ActorCritic: {e}") from e
+        raise CheckpointError(f"checkpoint policy config does not fit the policy: {e}") from e
 
 
 def train(overrides: list[str]) -> Path:
-    """Train PPO as configured; returns the run directory."""
-    from robolearn.algos.ppo import PPO
-    from robolearn.runners.on_policy import OnPolicyRunner
-
+    """Train PPO or SAC (and its recipes) as configured; returns the run directory."""
     cfg = compose(overrides)
     resuming = bool(cfg.get("resume"))
     if resuming:
@@ -82,10 +104,13 @@ def train(overrides: list[str]) -> Path:
         if iterations is not None:
             cfg["iterations"] = iterations
     else:
-        if cfg["algo"]["name"] != "ppo":
-            raise ConfigError(f"algo={cfg['algo']['name']} is not available yet; use algo=ppo")
+        if cfg["algo"]["name"] not in ("ppo", "sac"):
+            raise ConfigError(f"algo name {cfg['algo']['name']!r} is not available; use ppo or sac")
+        if cfg["algo"]["name"] == "sac":
+            _off_policy_defaults(cfg, overrides)
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        run_dir = Path(cfg["run_dir"] or f"runs/{cfg['env']['name']}-{cfg['algo']['name']}-{stamp}")
+        label = cfg["algo"].get("recipe", cfg["algo"]["name"])
+        run_dir = Path(cfg["run_dir"] or f"runs/{cfg['env']['name']}-{label}-{stamp}")
         run_dir.mkdir(parents=True, exist_ok=True)
         cfg["run_dir"] = str(run_dir)
         # JSON is valid YAML: the resolved config, readable by both.
@@ -94,8 +119,7 @@ def train(overrides: list[str]) -> Path:
     seed = int(cfg["seed"])
     torch.manual_seed(seed)
     env = _make_env(cfg["env"], seed)
-    algo = PPO.for_env(env, _ppo_config(cfg["algo"]), torch.device(cfg["device"]))
-    runner = OnPolicyRunner(env, algo, run_dir, cfg, seed=seed, progress=cfg["progress"])
+    runner = _runner(env, cfg, run_dir, seed)
     if resuming:
         runner.restore(run_dir / "checkpoints" / "latest")
     try:
@@ -113,13 +137,41 @@ def train(overrides: list[str]) -> Path:
     return run_dir
 
 
+def _off_policy_defaults(cfg: dict[str, Any], overrides: list[str]) -> None:
+    """Off-policy runs use few envs (`algo.num_envs`) and size `iterations` from `algo.env_steps`."""
+    algo = cfg["algo"]
+    if not any(o.startswith("env.num_envs=") for o in overrides) and algo.get("num_envs"):
+        cfg["env"]["num_envs"] = int(algo["num_envs"])
+    if not any(o.startswith("iterations=") for o in overrides):
+        per_iteration = int(algo["steps_per_iteration"]) * int(cfg["env"]["num_envs"])
+        cfg["iterations"] = max(1, -(-int(algo["env_steps"]) // per_iteration))
+
+
+def _runner(env: Any, cfg: dict[str, Any], run_dir: Path, seed: int):
+    device = torch.device(cfg["device"])
+    if cfg["algo"]["name"] == "sac":
+        from robolearn.algos.sac import SAC
+        from robolearn.runners.off_policy import OffPolicyRunner
+
+        algo = SAC.for_env(env, _sac_config(cfg["algo"]), device)
+        return OffPolicyRunner(env, algo, run_dir, cfg, seed=seed, progress=cfg["progress"],
+                               steps_per_iteration=int(cfg["algo"]["steps_per_iteration"]))
+    from robolearn.algos.ppo import PPO
+    from robolearn.runners.on_policy import OnPolicyRunner
+
+    algo = PPO.for_env(env, _ppo_config(cfg["algo"]), device)
+    return OnPolicyRunner(env, algo, run_dir, cfg, seed=seed, progress=cfg["progress"])
+
+
 def load_policy(path: str | Path):
     """The trained policy and the run config stored in a checkpoint folder."""
     config, state = checkpoint.load(path)
     if "policy" not in config or "run" not in config:
         raise CheckpointError(f"{Path(path) / checkpoint.CONFIG} lacks 'policy' or 'run': "
-                              "not a robolearn PPO checkpoint")
+                              "not a robolearn checkpoint")
     policy = _policy_from_config(config["policy"])
+    if isinstance(policy, SquashedPolicy):  # deployment needs the actor only, not critics and targets
+        state = {k: v for k, v in state.items() if k.startswith("actor.")}
     try:
         policy.load_state_dict(state)
     except RuntimeError as e:

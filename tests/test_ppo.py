@@ -88,7 +88,7 @@ def test_bad_checkpoints_raise_clear_errors(tmp_path):
     (path / "trainer.json").unlink()
     with pytest.raises(CheckpointError, match="cannot be resumed"):
         runner.restore(path)
-    with pytest.raises(CheckpointError, match="robolearn PPO checkpoint"):
+    with pytest.raises(CheckpointError, match="not a robolearn checkpoint"):
         (tmp_path / "other").mkdir()
         checkpoint.save(tmp_path / "other", {"something": 1}, {"w": torch.zeros(1)})
         load_policy(tmp_path / "other")

@@ -1,0 +1,132 @@
+"""Batched ensembles and the squashed-Gaussian actor used by the off-policy algorithms.
+
+An ensemble of E MLPs runs as one batched matmul per layer (`torch.baddbmm` over an [E, in, out]
+weight), never as a Python loop over members: ten critics cost about what one wide critic costs.
+Each member is initialised independently, like E separate `nn.Linear` stacks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from policies.actor_critic import ACTIVATIONS
+
+
+class EnsembleLinear(nn.Module):
+    """E independent linear layers: x [E, B, in] -> [E, B, out]."""
+
+    def __init__(self, num_members: int, in_dim: int, out_dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(num_members, in_dim, out_dim))
+        self.bias = nn.Parameter(torch.empty(num_members, 1, out_dim))
+        bound = 1.0 / math.sqrt(in_dim)  # nn.Linear's default initialisation, per member
+        nn.init.uniform_(self.weight, -bound, bound)
+        nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class EnsembleMLP(nn.Module):
+    """E MLPs evaluated together; optional LayerNorm after each hidden linear (Linear -> LN -> act, as RLPD).
+
+    `forward(x)` takes [B, in] (the same input for every member) or [E, B, in] and returns [E, B, out].
+    """
+
+    def __init__(self, num_members: int, in_dim: int, hidden: tuple[int, ...] | list[int], out_dim: int,
+                 activation: str = "relu", layer_norm: bool = False):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        if num_members < 1:
+            raise ValueError(f"an ensemble needs at least one member, got {num_members}")
+        self.num_members = num_members
+        layers: list[nn.Module] = []
+        for h in hidden:
+            layers.append(EnsembleLinear(num_members, in_dim, h))
+            if layer_norm:  # normalises each member's features; the affine parameters are shared-shape per member
+                layers.append(MemberLayerNorm(num_members, h))
+            layers.append(ACTIVATIONS[activation]())
+            in_dim = h
+        layers.append(EnsembleLinear(num_members, in_dim, out_dim))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.ndim == 2:
+            x = x.unsqueeze(0).expand(self.num_members, *x.shape)
+        return self.net(x)
+
+
+class MemberLayerNorm(nn.Module):
+    """LayerNorm over features with separate gain and bias per ensemble member."""
+
+    def __init__(self, num_members: int, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(num_members, 1, dim))
+        self.bias = nn.Parameter(torch.zeros(num_members, 1, dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.layer_norm(x, x.shape[-1:], eps=self.eps)
+        return x * self.weight + self.bias
+
+
+class QEnsemble(nn.Module):
+    """E critics Q_i(o, a) in one batched network; returns [E, B] values or [E, B, bins] logits."""
+
+    def __init__(self, obs_dim: int, num_actions: int, num_critics: int = 2, hidden: tuple[int, ...] = (256, 256),
+                 activation: str = "relu", layer_norm: bool = False, num_bins: int = 1):
+        super().__init__()
+        self.num_bins = num_bins
+        self.net = EnsembleMLP(num_critics, obs_dim + num_actions, hidden, num_bins, activation, layer_norm)
+
+    @property
+    def num_critics(self) -> int:
+        return self.net.num_members
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        out = self.net(torch.cat([obs, actions], -1))
+        return out.squeeze(-1) if self.num_bins == 1 else out
+
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+class TanhGaussianActor(nn.Module):
+    """pi(a|o) = tanh(N(mu(o), sigma(o))): actions in (-1, 1) with the exact squashed log-density.
+
+    The log-std is squashed into [LOG_STD_MIN, LOG_STD_MAX] smoothly (tanh), as in SAC
+    implementations that must stay differentiable at the bounds.
+    """
+
+    def __init__(self, obs_dim: int, num_actions: int, hidden: tuple[int, ...] = (256, 256),
+                 activation: str = "relu", layer_norm: bool = False):
+        super().__init__()
+        self.net = EnsembleMLP(1, obs_dim, hidden, 2 * num_actions, activation, layer_norm)
+
+    def _stats(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = self.net(obs)[0].chunk(2, -1)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1.0)
+        return mean, log_std
+
+    def sample(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterised sample and its log-probability [B]."""
+        mean, log_std = self._stats(obs)
+        std = log_std.exp()
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+        pre = mean + std * noise
+        action = torch.tanh(pre)
+        # log N(pre) - sum log(1 - tanh(pre)^2), the latter written stably as 2 (log 2 - pre - softplus(-2 pre)).
+        log_prob = (-0.5 * noise**2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        log_prob = log_prob - (2.0 * (math.log(2.0) - pre - nn.functional.softplus(-2.0 * pre))).sum(-1)
+        return action, log_prob
+
+    def mode(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action tanh(mu(o)), for evaluation and deployment."""
+        return torch.tanh(self._stats(obs)[0])
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.mode(obs)

@@ -1,0 +1,226 @@
+"""Soft actor-critic with the knobs that distinguish SAC, REDQ, RLPD, SERL and WSRL.
+
+One learner, read top to bottom: a tanh-Gaussian actor, an ensemble of N critics evaluated in one
+batched matmul, their Polyak-averaged targets, and a learned temperature. The published recipes
+differ in details that are easy to get wrong; each one is a field of `SACConfig` (the presets in
+`configs/algo/` set them as the official code does, with the file and value cited there):
+
+- the TD target is the min over a random subset of M of the N target critics, drawn with
+  replacement (SERL, WSRL) or without (REDQ, RLPD);
+- the actor maximises the min (SAC, WSRL) or the mean (REDQ, RLPD, SERL) over all critics;
+- LayerNorm on the critic and/or the actor; the MLP activation;
+- the update-to-data ratio (critic updates per environment transition) and how many critic updates
+  come per actor and temperature update;
+- the entropy term in the backup on or off; target entropy -scale * |A|; temperature learned or fixed;
+- n-step returns; HL-Gauss classification critics instead of regression.
+
+Critics read the `"critic"` observation group when the environment has one (asymmetric
+actor-critic), the actor reads `"policy"`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from policies.ensemble import QEnsemble, TanhGaussianActor
+from robolearn.errors import ConfigError
+from robolearn.losses import HLGauss
+
+
+@dataclasses.dataclass
+class SACConfig:
+    # networks
+    actor_hidden: tuple[int, ...] = (256, 256)
+    critic_hidden: tuple[int, ...] = (256, 256)
+    activation: str = "relu"
+    actor_layer_norm: bool = False
+    critic_layer_norm: bool = False
+    # critic ensemble
+    num_critics: int = 2          # N
+    num_min_critics: int = 2      # M: the TD target is the min over M of the N target critics
+    subset_replace: bool = False  # draw the M with replacement (SERL, WSRL) or without (REDQ, RLPD)
+    actor_q: str = "min"          # "min" or "mean" over all N critics in the actor objective
+    # optimisation
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    temperature_lr: float = 3e-4
+    batch_size: int = 256
+    gamma: float = 0.99
+    tau: float = 0.005
+    utd_ratio: float = 1.0        # critic updates per environment transition collected
+    actor_every: int = 1          # one actor (and temperature) update per this many critic updates
+    # entropy
+    backup_entropy: bool = True   # subtract alpha * log pi(a'|s') in the TD target
+    init_temperature: float = 1.0
+    learn_temperature: bool = True
+    target_entropy_scale: float = 1.0  # target entropy = -scale * |A|
+    # critic head
+    hl_gauss: bool = False        # classification critics (HL-Gauss) instead of squared error
+    hl_bins: int = 101
+    v_min: float = -100.0
+    v_max: float = 100.0
+    # data
+    n_step: int = 1
+    buffer_size: int = 1_000_000
+    offline_ratio: float = 0.0    # fraction of each batch drawn from an offline buffer (RLPD: 0.5)
+    learning_starts: int = 5000   # env transitions collected before the first update
+    random_warmup: bool = True    # uniform random actions until learning_starts (off: use the actor, as WSRL)
+    reward_scale: float = 1.0
+    reward_bias: float = 0.0
+
+    def validate(self) -> None:
+        if self.num_min_critics < 1 or (not self.subset_replace and self.num_min_critics > self.num_critics):
+            raise ConfigError(f"num_min_critics ({self.num_min_critics}) must be in [1, num_critics "
+                              f"({self.num_critics})] when drawn without replacement")
+        if self.actor_q not in ("min", "mean"):
+            raise ConfigError(f"actor_q must be 'min' or 'mean', got {self.actor_q!r}")
+        if self.utd_ratio <= 0 or self.actor_every < 1 or self.batch_size < 1:
+            raise ConfigError("need utd_ratio > 0, actor_every >= 1 and batch_size >= 1")
+        if not 0.0 <= self.offline_ratio <= 1.0:
+            raise ConfigError(f"offline_ratio must be in [0, 1], got {self.offline_ratio}")
+
+
+def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
+    """target <- (1 - tau) target + tau source, one fused op over all parameters."""
+    with torch.no_grad():
+        torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
+
+
+def subset_indices(num_critics: int, size: int, replace: bool, generator: torch.Generator | None,
+                   device: torch.device) -> torch.Tensor:
+    """Indices of the M critics whose min forms the TD target (with or without replacement)."""
+    if replace:
+        return torch.randint(0, num_critics, (size,), generator=generator).to(device)
+    return torch.randperm(num_critics, generator=generator)[:size].to(device)
+
+
+class SAC:
+    """The learner: `act` for collection, `update_critic` / `update_actor` per minibatch."""
+
+    def __init__(self, obs_dim: int, critic_obs_dim: int, num_actions: int, cfg: SACConfig | None = None,
+                 device: str | torch.device = "cpu"):
+        self.cfg = cfg = cfg if cfg is not None else SACConfig()
+        cfg.validate()
+        self.device = torch.device(device)
+        self.num_actions = num_actions
+        self.actor = TanhGaussianActor(obs_dim, num_actions, cfg.actor_hidden, cfg.activation,
+                                       cfg.actor_layer_norm).to(self.device)
+        bins = cfg.hl_bins if cfg.hl_gauss else 1
+        self.critic = QEnsemble(critic_obs_dim, num_actions, cfg.num_critics, cfg.critic_hidden, cfg.activation,
+                                cfg.critic_layer_norm, bins).to(self.device)
+        self.critic_target = QEnsemble(critic_obs_dim, num_actions, cfg.num_critics, cfg.critic_hidden,
+                                       cfg.activation, cfg.critic_layer_norm, bins).to(self.device)
+        self.critic_target.load_state_dict(self.critic.state_dict())
+        self.critic_target.requires_grad_(False)
+        self.hl = HLGauss(cfg.v_min, cfg.v_max, cfg.hl_bins).to(self.device) if cfg.hl_gauss else None
+        self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=self.device, requires_grad=True)
+        self.target_entropy = -cfg.target_entropy_scale * num_actions
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.temperature_lr)
+        self.critic_updates = 0
+        self.config = {"obs_dim": obs_dim, "critic_obs_dim": critic_obs_dim, "num_actions": num_actions,
+                       "sac": {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(cfg).items()}}
+
+    @classmethod
+    def for_env(cls, env: Any, cfg: SACConfig | None = None, device: str | torch.device = "cpu") -> SAC:
+        shapes = env.observation_shapes
+        obs_dim = shapes["policy"][0]
+        critic_dim = shapes["critic"][0] if "critic" in shapes else obs_dim
+        return cls(obs_dim, critic_dim, env.num_actions, cfg, device)
+
+    # --- acting ---------------------------------------------------------------------------------
+    @staticmethod
+    def critic_obs(obs: Any) -> torch.Tensor:
+        return obs["critic"] if "critic" in obs.keys() else obs["policy"]
+
+    @torch.no_grad()
+    def act(self, obs: Any, deterministic: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:
+        policy_obs = obs["policy"].to(self.device)
+        if deterministic:
+            return self.actor.mode(policy_obs)
+        return self.actor.sample(policy_obs, generator)[0]
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        return self.log_alpha.detach().exp()
+
+    # --- learning -------------------------------------------------------------------------------
+    def _q_values(self, out: torch.Tensor) -> torch.Tensor:
+        """[E, B] values from the critic outputs (expectations under HL-Gauss)."""
+        return self.hl.value(out) if self.hl is not None else out
+
+    def update_critic(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, float]:
+        """One critic step on a minibatch; every `actor_every` steps also the actor and temperature."""
+        cfg = self.cfg
+        obs_c, next_obs_c = self.critic_obs(batch["obs"]), self.critic_obs(batch["next_obs"])
+        rewards = batch["rewards"] * cfg.reward_scale + cfg.reward_bias
+        with torch.no_grad():
+            next_actions, next_logp = self.actor.sample(batch["next_obs"]["policy"], generator)
+            next_q = self._q_values(self.critic_target(next_obs_c, next_actions))
+            idx = subset_indices(cfg.num_critics, cfg.num_min_critics, cfg.subset_replace, generator, self.device)
+            next_v = next_q[idx].min(0).values
+            if cfg.backup_entropy:
+                next_v = next_v - self.alpha * next_logp
+            target = rewards + batch["discount"] * next_v
+        out = self.critic(obs_c, batch["actions"])
+        if self.hl is not None:
+            loss = self.hl.loss(out, target.expand(cfg.num_critics, -1)).mean(-1).sum()
+            q = self.hl.value(out.detach())
+        else:
+            loss = 0.5 * ((out - target) ** 2).mean(-1).sum()
+            q = out.detach()
+        self.critic_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.critic_opt.step()
+        polyak_update(self.critic_target, self.critic, cfg.tau)
+        self.critic_updates += 1
+        stats = {"critic_loss": loss.item(), "q_mean": q.mean().item()}
+        if self.critic_updates % cfg.actor_every == 0:
+            stats.update(self.update_actor(batch, generator))
+        return stats
+
+    def update_actor(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, float]:
+        """Maximise E[Q(s, a) - alpha log pi(a|s)] (min or mean over critics), then fit the temperature."""
+        actions, logp = self.actor.sample(batch["obs"]["policy"], generator)
+        self.critic.requires_grad_(False)  # gradients flow through the critic to the actions only
+        q = self._q_values(self.critic(self.critic_obs(batch["obs"]), actions))
+        self.critic.requires_grad_(True)
+        q = q.min(0).values if self.cfg.actor_q == "min" else q.mean(0)
+        loss = (self.alpha * logp - q).mean()
+        self.actor_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.actor_opt.step()
+        stats = {"actor_loss": loss.item(), "entropy": -logp.mean().item()}
+        if self.cfg.learn_temperature:
+            alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+            self.alpha_opt.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_opt.step()
+        stats["alpha"] = self.alpha.item()
+        return stats
+
+    # --- checkpoints ----------------------------------------------------------------------------
+    def model_state(self) -> dict[str, torch.Tensor]:
+        """Every learned tensor (actor, critics, targets, temperature) for `model.safetensors`."""
+        state = {f"actor.{k}": v for k, v in self.actor.state_dict().items()}
+        state.update({f"critic.{k}": v for k, v in self.critic.state_dict().items()})
+        state.update({f"critic_target.{k}": v for k, v in self.critic_target.state_dict().items()})
+        state["log_alpha"] = self.log_alpha.detach()
+        return state
+
+    def load_model_state(self, state: dict[str, torch.Tensor]) -> None:
+        for name, module in (("actor", self.actor), ("critic", self.critic), ("critic_target", self.critic_target)):
+            prefix = name + "."
+            module.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+
+    @property
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"actor": self.actor_opt, "critic": self.critic_opt, "alpha": self.alpha_opt}

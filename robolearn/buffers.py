@@ -1,0 +1,172 @@
+"""Replay buffers for off-policy learning from batched environments.
+
+`ReplayBuffer` is a ring buffer on the learner's device, laid out time-major `[T, N]` for N envs so
+that each env's transitions stay in order (n-step returns walk along time). What it gets right,
+and the anchors' buffers often do not:
+
+- the next observation of a finished env is its true final observation (`extras["final_obs"]`),
+  not the first observation of the next episode;
+- a time-out (truncation) bootstraps from that final observation; only a termination cuts the
+  bootstrap (`discount = 0`);
+- n-step returns stop at the end of an episode and at the newest transition, and the discount of
+  the bootstrap is gamma^k for the k steps actually summed.
+
+`sample_mixed` draws one batch from an online and an offline buffer at a fixed ratio (RLPD's
+symmetric 50/50 sampling; ratio 0 reproduces WSRL's no-retention fine-tuning).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from robolearn.errors import ConfigError
+
+
+class ReplayBuffer:
+    """Transitions (o, a, r, o', terminated, done) of `num_envs` envs, `capacity` in total, FIFO."""
+
+    def __init__(self, capacity: int, num_envs: int, obs_dims: dict[str, int], num_actions: int,
+                 device: str | torch.device = "cpu", n_step: int = 1, gamma: float = 0.99):
+        if capacity < num_envs or num_envs < 1:
+            raise ConfigError(f"replay capacity ({capacity}) must be >= num_envs ({num_envs}) >= 1")
+        if n_step < 1 or not 0.0 <= gamma <= 1.0:
+            raise ConfigError(f"need n_step >= 1 and 0 <= gamma <= 1, got {n_step}, {gamma}")
+        self.num_envs, self.obs_dims, self.num_actions = num_envs, dict(obs_dims), num_actions
+        self.device, self.n_step, self.gamma = torch.device(device), n_step, gamma
+        self.steps = capacity // num_envs  # time slots per env
+        t, n = self.steps, num_envs
+        self.obs = {k: torch.zeros(t, n, d, device=self.device) for k, d in self.obs_dims.items()}
+        self.next_obs = {k: torch.zeros(t, n, d, device=self.device) for k, d in self.obs_dims.items()}
+        self.actions = torch.zeros(t, n, num_actions, device=self.device)
+        self.rewards = torch.zeros(t, n, device=self.device)
+        self.terminated = torch.zeros(t, n, dtype=torch.bool, device=self.device)
+        self.dones = torch.zeros(t, n, dtype=torch.bool, device=self.device)
+        self.ptr = 0  # next time slot to write
+        self.filled = 0  # time slots written (<= steps)
+
+    def __len__(self) -> int:
+        return self.filled * self.num_envs
+
+    @property
+    def capacity(self) -> int:
+        return self.steps * self.num_envs
+
+    def add(self, obs: TensorDict | dict[str, torch.Tensor], actions: torch.Tensor, rewards: torch.Tensor,
+            next_obs: TensorDict | dict[str, torch.Tensor], terminated: torch.Tensor, truncated: torch.Tensor) -> None:
+        """Store one step of every env; `next_obs` must be the true next (final, for finished envs) observation."""
+        if actions.shape != (self.num_envs, self.num_actions):
+            raise ConfigError(f"expected actions of shape {(self.num_envs, self.num_actions)}, "
+                              f"got {tuple(actions.shape)}")
+        i = self.ptr
+        for k in self.obs_dims:
+            self.obs[k][i] = obs[k]
+            self.next_obs[k][i] = next_obs[k]
+        self.actions[i] = actions
+        self.rewards[i] = rewards
+        self.terminated[i] = terminated.bool()
+        self.dones[i] = terminated.bool() | truncated.bool()
+        self.ptr = (i + 1) % self.steps
+        self.filled = min(self.filled + 1, self.steps)
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, Any]:
+        """A uniform batch: `obs`, `actions`, `rewards` (n-step sums), `next_obs`, `discount` (gamma^k or 0)."""
+        if self.filled == 0:
+            raise ConfigError("cannot sample from an empty replay buffer")
+        flat = torch.randint(0, self.filled * self.num_envs, (batch_size,), generator=generator,
+                             device=self.device if generator is None else generator.device).to(self.device)
+        age, env = flat // self.num_envs, flat % self.num_envs  # age 0 = oldest slot
+        oldest = self.ptr if self.filled == self.steps else 0
+        slot = (oldest + age) % self.steps
+        if self.n_step == 1:
+            last, rewards = slot, self.rewards[slot, env]
+            discount = self.gamma * (~self.terminated[slot, env]).float()
+        else:
+            rewards, last, discount = self._n_step(slot, age, env)
+        return {"obs": {k: v[slot, env] for k, v in self.obs.items()}, "actions": self.actions[slot, env],
+                "rewards": rewards, "next_obs": {k: v[last, env] for k, v in self.next_obs.items()},
+                "discount": discount}
+
+    def _n_step(self, slot: torch.Tensor, age: torch.Tensor, env: torch.Tensor):
+        """Sum up to n rewards along each env's timeline, stopping after a done or at the newest slot."""
+        rewards = torch.zeros(slot.shape, device=self.device)
+        scale = torch.ones(slot.shape, device=self.device)
+        last = slot.clone()
+        active = torch.ones(slot.shape, dtype=torch.bool, device=self.device)
+        terminated = torch.zeros(slot.shape, dtype=torch.bool, device=self.device)
+        for k in range(self.n_step):
+            s = (slot + k) % self.steps
+            active = active & (age + k < self.filled)
+            rewards = rewards + torch.where(active, scale * self.rewards[s, env], 0.0)
+            last = torch.where(active, s, last)
+            terminated = torch.where(active, self.terminated[s, env], terminated)
+            scale = torch.where(active, scale * self.gamma, scale)
+            active = active & ~self.dones[s, env]
+        return rewards, last, scale * (~terminated).float()
+
+    # --- persistence (travels in the trainer state of a checkpoint: safetensors, never pickle) -----
+    def state_dict(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Tensors (only the filled slots, oldest first) and JSON-able metadata."""
+        oldest = self.ptr if self.filled == self.steps else 0
+        order = (torch.arange(self.filled, device=self.device) + oldest) % self.steps
+        tensors = {"actions": self.actions[order], "rewards": self.rewards[order],
+                   "terminated": self.terminated[order], "dones": self.dones[order]}
+        for k in self.obs_dims:
+            tensors[f"obs/{k}"] = self.obs[k][order]
+            tensors[f"next_obs/{k}"] = self.next_obs[k][order]
+        meta = {"steps": self.steps, "num_envs": self.num_envs, "obs_dims": self.obs_dims,
+                "num_actions": self.num_actions, "filled": self.filled}
+        return {k: v.contiguous() for k, v in tensors.items()}, meta
+
+    def load_state_dict(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        expected = {"steps": self.steps, "num_envs": self.num_envs, "obs_dims": self.obs_dims,
+                    "num_actions": self.num_actions}
+        got = {k: meta.get(k) for k in expected}
+        if got != expected:
+            raise ConfigError(f"replay buffer layout {got} does not match this buffer's {expected}")
+        n = int(meta["filled"])
+        self.actions[:n] = tensors["actions"].to(self.device)
+        self.rewards[:n] = tensors["rewards"].to(self.device)
+        self.terminated[:n] = tensors["terminated"].to(self.device)
+        self.dones[:n] = tensors["dones"].to(self.device)
+        for k in self.obs_dims:
+            self.obs[k][:n] = tensors[f"obs/{k}"].to(self.device)
+            self.next_obs[k][:n] = tensors[f"next_obs/{k}"].to(self.device)
+        self.filled, self.ptr = n, n % self.steps
+
+    @classmethod
+    def from_transitions(cls, obs: dict[str, torch.Tensor], actions: torch.Tensor, rewards: torch.Tensor,
+                         next_obs: dict[str, torch.Tensor], terminated: torch.Tensor, truncated: torch.Tensor,
+                         device: str | torch.device = "cpu", n_step: int = 1, gamma: float = 0.99) -> ReplayBuffer:
+        """A buffer holding a flat dataset of M transitions in order (e.g. an offline dataset)."""
+        m = actions.shape[0]
+        buf = cls(m, 1, {k: v.shape[-1] for k, v in obs.items()}, actions.shape[-1], device, n_step, gamma)
+        tensors = {"actions": actions[:, None], "rewards": rewards[:, None], "terminated": terminated[:, None].bool(),
+                   "dones": (terminated.bool() | truncated.bool())[:, None]}
+        tensors.update({f"obs/{k}": v[:, None] for k, v in obs.items()})
+        tensors.update({f"next_obs/{k}": v[:, None] for k, v in next_obs.items()})
+        buf.load_state_dict(tensors, {"steps": m, "num_envs": 1, "obs_dims": buf.obs_dims,
+                                      "num_actions": buf.num_actions, "filled": m})
+        return buf
+
+
+def sample_mixed(online: ReplayBuffer, offline: ReplayBuffer | None, batch_size: int, offline_ratio: float,
+                 generator: torch.Generator | None = None) -> dict[str, Any]:
+    """One batch with round(batch_size * offline_ratio) offline transitions and the rest online."""
+    if not 0.0 <= offline_ratio <= 1.0:
+        raise ConfigError(f"offline_ratio must be in [0, 1], got {offline_ratio}")
+    n_off = round(batch_size * offline_ratio) if offline is not None else 0
+    if n_off == 0:
+        return online.sample(batch_size, generator)
+    if n_off == batch_size or len(online) == 0:
+        return offline.sample(batch_size, generator)
+    a, b = online.sample(batch_size - n_off, generator), offline.sample(n_off, generator)
+    return _cat(a, b)
+
+
+def _cat(a: Any, b: Any) -> Any:
+    if isinstance(a, dict):
+        return {k: _cat(a[k], b[k]) for k in a}
+    return torch.cat([a, b.to(a.device)], 0)

@@ -1,0 +1,117 @@
+"""What every runner shares: episode statistics, metrics.jsonl + TensorBoard, the progress bar and the
+environment/RNG part of the training state that makes a resumed run reproduce an uninterrupted one."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+RETURN_WINDOW = 100  # finished episodes averaged into `mean_return`
+
+
+class RunnerBase:
+    """Episode tracking, logging and the env/RNG training state; subclasses own the loop."""
+
+    label = "train"
+
+    def __init__(self, env: Any, run_dir: str | Path, config: dict[str, Any], seed: int, device: torch.device,
+                 progress: bool):
+        self.env, self.config, self.device, self.progress = env, config, device, progress
+        self.run_dir = Path(run_dir)
+        torch.manual_seed(seed)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.iteration = 0
+        self.env_steps = 0
+        self.wall_s = 0.0
+        self.ep_return = torch.zeros(env.num_envs, dtype=torch.float64, device=device)
+        self.ep_length = torch.zeros(env.num_envs, dtype=torch.int64, device=device)
+        self.finished_returns: deque[float] = deque(maxlen=RETURN_WINDOW)
+        self.finished_lengths: deque[float] = deque(maxlen=RETURN_WINDOW)
+        self._writer = None
+
+    # --- episodes ------------------------------------------------------------------------------
+    def _track_episodes(self, rewards: torch.Tensor, dones: torch.Tensor) -> None:
+        self.ep_return += rewards.to(torch.float64)
+        self.ep_length += 1
+        if bool(dones.any()):
+            self.finished_returns.extend(self.ep_return[dones].tolist())
+            self.finished_lengths.extend(self.ep_length[dones].tolist())
+            self.ep_return[dones] = 0.0
+            self.ep_length[dones] = 0
+
+    def _episode_stats(self) -> dict[str, float | None]:
+        if not self.finished_returns:
+            return {"mean_return": None, "mean_episode_length": None}
+        return {"mean_return": float(np.mean(self.finished_returns)),
+                "mean_episode_length": float(np.mean(self.finished_lengths))}
+
+    # --- outputs -------------------------------------------------------------------------------
+    def _log(self, row: dict[str, Any]) -> None:
+        with open(self.run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.run_dir / "tensorboard"))
+        for k, v in row.items():
+            if isinstance(v, (int, float)) and k != "iteration":
+                self._writer.add_scalar(k, v, self.env_steps)
+        self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    # --- training state --------------------------------------------------------------------------
+    def _common_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Env state, RNGs, episode bookkeeping and counters, for `checkpoint.save`'s trainer state."""
+        tensors = {f"env.{k}": torch.from_numpy(np.array(v)) for k, v in self.env.state_dict().items()}
+        tensors.update({
+            "rng.torch": torch.get_rng_state(), "rng.generator": self.generator.get_state(),
+            "episodes.return": self.ep_return.cpu(), "episodes.length": self.ep_length.cpu(),
+            "episodes.finished_returns": torch.tensor(list(self.finished_returns), dtype=torch.float64),
+            "episodes.finished_lengths": torch.tensor(list(self.finished_lengths), dtype=torch.float64),
+        })
+        meta = {"iteration": self.iteration, "env_steps": self.env_steps, "wall_s": self.wall_s}
+        return tensors, meta
+
+    def _restore_common(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        self.env.load_state_dict({k[4:]: v.numpy() for k, v in tensors.items() if k.startswith("env.")})
+        torch.set_rng_state(tensors["rng.torch"])
+        self.generator.set_state(tensors["rng.generator"])
+        self.ep_return = tensors["episodes.return"].to(self.device)
+        self.ep_length = tensors["episodes.length"].to(self.device)
+        self.finished_returns = deque(tensors["episodes.finished_returns"].tolist(), maxlen=RETURN_WINDOW)
+        self.finished_lengths = deque(tensors["episodes.finished_lengths"].tolist(), maxlen=RETURN_WINDOW)
+        self.iteration, self.env_steps, self.wall_s = meta["iteration"], meta["env_steps"], meta["wall_s"]
+
+
+class ProgressBar:
+    """A rich progress bar showing iterations, env-steps, env-steps/s and mean return."""
+
+    def __init__(self, label: str, total: int, done: int):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                                 TextColumn("{task.fields[info]}"), TimeRemainingColumn())
+        self.task = self.progress.add_task("train", total=total, completed=done, info="")
+        self.progress.start()
+
+    def update(self, row: dict[str, Any]) -> None:
+        ret = row["mean_return"]
+        info = (f"steps {row['env_steps']:,}  {row['env_steps_per_s']:,.0f}/s  "
+                f"return {'-' if ret is None else f'{ret:.1f}'}")
+        self.progress.update(self.task, completed=row["iteration"], info=info)
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+def progress_bar(enabled: bool, label: str, total: int, done: int) -> ProgressBar | None:
+    return ProgressBar(label, total, done) if enabled else None
