@@ -56,26 +56,32 @@ def _ppo_config(algo_cfg: dict[str, Any]):
     return PPOConfig(**{k: v for k, v in algo_cfg.items() if k in fields})
 
 
-def _sac_config(algo_cfg: dict[str, Any]):
+def _off_policy_config(algo_cfg: dict[str, Any]):
     from robolearn.algos.sac import SACConfig
+    from robolearn.algos.td3 import TD3Config
 
-    fields = {f.name for f in dataclasses.fields(SACConfig)}
+    config_class = TD3Config if algo_cfg["name"] == "td3" else SACConfig
+    fields = {f.name for f in dataclasses.fields(config_class)}
     runner_keys = {"name", "recipe", "steps_per_iteration", "num_envs", "env_steps"}
     unknown = set(algo_cfg) - fields - runner_keys
     if unknown:
-        raise ConfigError(f"unknown SAC settings {sorted(unknown)}; valid: {sorted(fields | runner_keys)}")
-    return SACConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in algo_cfg.items() if k in fields})
+        raise ConfigError(f"unknown {algo_cfg['name']} settings {sorted(unknown)}; "
+                          f"valid: {sorted(fields | runner_keys)}")
+    return config_class(**{k: tuple(v) if isinstance(v, list) else v for k, v in algo_cfg.items() if k in fields})
 
 
 class SquashedPolicy(torch.nn.Module):
-    """The deterministic (mode) action of a SAC checkpoint's actor, called like the PPO policy: obs -> actions."""
+    """The deterministic action of a SAC or TD3 checkpoint's actor, called like the PPO policy: obs -> actions."""
 
-    def __init__(self, obs_dim: int, num_actions: int, sac: dict[str, Any], **_: Any):
+    def __init__(self, obs_dim: int, num_actions: int, sac: dict[str, Any] | None = None,
+                 td3: dict[str, Any] | None = None, **_: Any):
         super().__init__()
         from policies.ensemble import TanhGaussianActor
+        from robolearn.algos.td3 import DeterministicActor
 
-        self.actor = TanhGaussianActor(obs_dim, num_actions, tuple(sac["actor_hidden"]), sac["activation"],
-                                       sac["actor_layer_norm"])
+        c = sac or td3
+        actor_class = TanhGaussianActor if sac is not None else DeterministicActor
+        self.actor = actor_class(obs_dim, num_actions, tuple(c["actor_hidden"]), c["activation"], c["actor_layer_norm"])
 
     def forward(self, obs: Any) -> torch.Tensor:
         return self.actor.mode(obs["policy"])
@@ -85,7 +91,7 @@ def _policy_from_config(cfg: dict[str, Any]):
     from policies.actor_critic import ActorCritic
 
     try:
-        return SquashedPolicy(**cfg) if "sac" in cfg else ActorCritic(**cfg)
+        return SquashedPolicy(**cfg) if "sac" in cfg or "td3" in cfg else ActorCritic(**cfg)
     except TypeError as e:
         raise CheckpointError(f"checkpoint policy config does not fit the policy: {e}") from e
 
@@ -104,9 +110,9 @@ def train(overrides: list[str]) -> Path:
         if iterations is not None:
             cfg["iterations"] = iterations
     else:
-        if cfg["algo"]["name"] not in ("ppo", "sac"):
-            raise ConfigError(f"algo name {cfg['algo']['name']!r} is not available; use ppo or sac")
-        if cfg["algo"]["name"] == "sac":
+        if cfg["algo"]["name"] not in ("ppo", "sac", "td3"):
+            raise ConfigError(f"algo name {cfg['algo']['name']!r} is not available; use ppo, sac or td3")
+        if cfg["algo"]["name"] in ("sac", "td3"):
             _off_policy_defaults(cfg, overrides)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         label = cfg["algo"].get("recipe", cfg["algo"]["name"])
@@ -149,11 +155,13 @@ def _off_policy_defaults(cfg: dict[str, Any], overrides: list[str]) -> None:
 
 def _runner(env: Any, cfg: dict[str, Any], run_dir: Path, seed: int):
     device = torch.device(cfg["device"])
-    if cfg["algo"]["name"] == "sac":
+    if cfg["algo"]["name"] in ("sac", "td3"):
         from robolearn.algos.sac import SAC
+        from robolearn.algos.td3 import TD3
         from robolearn.runners.off_policy import OffPolicyRunner
 
-        algo = SAC.for_env(env, _sac_config(cfg["algo"]), device)
+        learner = TD3 if cfg["algo"]["name"] == "td3" else SAC
+        algo = learner.for_env(env, _off_policy_config(cfg["algo"]), device)
         return OffPolicyRunner(env, algo, run_dir, cfg, seed=seed, progress=cfg["progress"],
                                steps_per_iteration=int(cfg["algo"]["steps_per_iteration"]))
     from robolearn.algos.ppo import PPO

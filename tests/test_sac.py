@@ -83,3 +83,14 @@ def test_cli_train_sac_then_eval(tmp_path):
     assert isinstance(evaluate(run / "checkpoints" / "final", episodes=2), float)
     with pytest.raises(Exception, match="num_min_critics"):
         train(["algo=sac", "algo.num_min_critics=5", f"run_dir={tmp_path / 'bad'}", "progress=false"])
+
+
+def test_td3_trains_from_the_cli(tmp_path):
+    run = train(["env=pendulum-swingup", "algo=td3", f"run_dir={tmp_path / 'run'}", "progress=false", "video=false",
+                 "algo.env_steps=300", "algo.learning_starts=100", "algo.batch_size=32", "algo.num_envs=2",
+                 "algo.actor_hidden=[16]", "algo.critic_hidden=[16]", "algo.steps_per_iteration=50",
+                 "+env.overrides.episode_length=50"])
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["updates"] == 200 and "actor_loss" in rows[-1]
+    policy, _ = load_policy(run / "checkpoints" / "final")
+    assert policy({"policy": torch.zeros(3, 3)}).abs().max() <= 1.0

@@ -1,0 +1,114 @@
+"""TD3 (Fujimoto et al. 2018): a deterministic actor, clipped double-Q targets, target-policy smoothing
+and delayed actor updates. It shares SAC's critic ensemble, target subset and Polyak update, so the
+ensemble knobs (N critics, min over a subset of M) apply here too, and runs in the same off-policy runner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from policies.ensemble import EnsembleMLP
+from robolearn.algos.sac import SAC, SACConfig, polyak_update, subset_indices
+
+
+@dataclasses.dataclass
+class TD3Config(SACConfig):
+    exploration_noise: float = 0.1   # std of the Gaussian noise added to actions while collecting
+    policy_noise: float = 0.2        # std of the target-policy smoothing noise
+    noise_clip: float = 0.5          # the smoothing noise is clipped to +-noise_clip
+    actor_every: int = 2             # policy delay: one actor (and target) update per 2 critic updates
+
+
+class DeterministicActor(torch.nn.Module):
+    """a = tanh(mu(o)), an MLP with a squashed output."""
+
+    def __init__(self, obs_dim: int, num_actions: int, hidden: tuple[int, ...], activation: str, layer_norm: bool):
+        super().__init__()
+        self.net = EnsembleMLP(1, obs_dim, hidden, num_actions, activation, layer_norm)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.net(obs)[0])
+
+    mode = forward
+
+
+class TD3(SAC):
+    """The learner; `act`, `update_critic`, `model_state` and `optimizers` as `SAC`'s, for the runner."""
+
+    def __init__(self, obs_dim: int, critic_obs_dim: int, num_actions: int, cfg: TD3Config | None = None,
+                 device: str | torch.device = "cpu"):
+        cfg = cfg if cfg is not None else TD3Config()
+        super().__init__(obs_dim, critic_obs_dim, num_actions, cfg, device)
+        self.actor = DeterministicActor(obs_dim, num_actions, cfg.actor_hidden, cfg.activation,
+                                        cfg.actor_layer_norm).to(self.device)
+        self.actor_target = DeterministicActor(obs_dim, num_actions, cfg.actor_hidden, cfg.activation,
+                                               cfg.actor_layer_norm).to(self.device)
+        self.actor_target.load_state_dict(self.actor.state_dict())
+        self.actor_target.requires_grad_(False)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
+        self.config["td3"] = self.config.pop("sac")
+
+    @torch.no_grad()
+    def act(self, obs: Any, deterministic: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:
+        action = self.actor(obs["policy"].to(self.device))
+        if deterministic:
+            return action
+        noise = torch.randn(action.shape, generator=generator).to(self.device) * self.cfg.exploration_noise
+        return (action + noise).clamp(-1.0, 1.0)
+
+    def update_critic(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, float]:
+        cfg = self.cfg
+        obs_c, next_obs_c = self.critic_obs(batch["obs"]), self.critic_obs(batch["next_obs"])
+        rewards = batch["rewards"] * cfg.reward_scale + cfg.reward_bias
+        with torch.no_grad():
+            next_actions = self.actor_target(batch["next_obs"]["policy"])
+            noise = (torch.randn(next_actions.shape, generator=generator).to(self.device) * cfg.policy_noise)
+            next_actions = (next_actions + noise.clamp(-cfg.noise_clip, cfg.noise_clip)).clamp(-1.0, 1.0)
+            next_q = self._q_values(self.critic_target(next_obs_c, next_actions))
+            idx = subset_indices(cfg.num_critics, cfg.num_min_critics, cfg.subset_replace, generator, self.device)
+            target = rewards + batch["discount"] * next_q[idx].min(0).values
+        out = self.critic(obs_c, batch["actions"])
+        if self.hl is not None:
+            loss = self.hl.loss(out, target.expand(cfg.num_critics, -1)).mean(-1).sum()
+            q = self.hl.value(out.detach())
+        else:
+            loss = 0.5 * ((out - target) ** 2).mean(-1).sum()
+            q = out.detach()
+        self.critic_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.critic_opt.step()
+        self.critic_updates += 1
+        stats = {"critic_loss": loss.item(), "q_mean": q.mean().item()}
+        if self.critic_updates % cfg.actor_every == 0:  # delayed actor and target updates
+            stats.update(self.update_actor(batch, generator))
+            polyak_update(self.critic_target, self.critic, cfg.tau)
+            polyak_update(self.actor_target, self.actor, cfg.tau)
+        return stats
+
+    def update_actor(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, float]:
+        """Maximise Q(s, mu(s)), the min or mean over critics (the original TD3 uses the first critic)."""
+        self.critic.requires_grad_(False)
+        q = self._q_values(self.critic(self.critic_obs(batch["obs"]), self.actor(batch["obs"]["policy"])))
+        self.critic.requires_grad_(True)
+        q = q.min(0).values if self.cfg.actor_q == "min" else q.mean(0)
+        loss = -q.mean()
+        self.actor_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.actor_opt.step()
+        return {"actor_loss": loss.item()}
+
+    def model_state(self) -> dict[str, torch.Tensor]:
+        state = super().model_state()
+        state.update({f"actor_target.{k}": v for k, v in self.actor_target.state_dict().items()})
+        return state
+
+    def load_model_state(self, state: dict[str, torch.Tensor]) -> None:
+        super().load_model_state(state)
+        self.actor_target.load_state_dict({k[13:]: v for k, v in state.items() if k.startswith("actor_target.")})
+
+    @property
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"actor": self.actor_opt, "critic": self.critic_opt}
