@@ -120,9 +120,9 @@ class SAC:
         self.hl = HLGauss(cfg.v_min, cfg.v_max, cfg.hl_bins).to(self.device) if cfg.hl_gauss else None
         self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=self.device, requires_grad=True)
         self.target_entropy = -cfg.target_entropy_scale * num_actions
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr)
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.temperature_lr)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr, fused=True)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr, fused=True)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.temperature_lr, fused=True)
         self.critic_updates = 0
         self.config = {"obs_dim": obs_dim, "critic_obs_dim": critic_obs_dim, "num_actions": num_actions,
                        "sac": {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(cfg).items()}}

@@ -48,7 +48,7 @@ class TD3(SAC):
                                                cfg.actor_layer_norm).to(self.device)
         self.actor_target.load_state_dict(self.actor.state_dict())
         self.actor_target.requires_grad_(False)
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr, fused=True)
         self.config["td3"] = self.config.pop("sac")
 
     @torch.no_grad()
