@@ -194,6 +194,9 @@ class Task:
     reference_policy: ClassVar[str] = ""
     #: ... or the repo-relative checkpoint directory of a trained one (`robolearn.train.load_policy`).
     reference_checkpoint: ClassVar[str] = ""
+    #: Control steps over which the backend test compares MJX and C trajectories (random actions);
+    #: chaotic tasks (float32 round-off grows past the tolerance within a second) set fewer.
+    equivalence_steps: ClassVar[int] = 60
     #: Scale the compiled model's masses to this total (MJCF's deprecated `settotalmass`).
     total_mass: ClassVar[float | None] = None
 

@@ -14,6 +14,7 @@ from sim.tasks.maze import PointMazeLarge, PointMazeMedium, PointMazeUmaze
 from sim.tasks.pendulum import PendulumSwingup
 from sim.tasks.point_mass import PointMass
 from sim.tasks.quadrotor import QuadrotorHover, QuadrotorTrack
+from sim.tasks.walker import WalkerWalk
 
 _CLASSES: list[type[Task]] = [
     CartpoleBalance, CartpoleSwingup,
@@ -22,6 +23,7 @@ _CLASSES: list[type[Task]] = [
     QuadrotorHover, QuadrotorTrack,
     PointMazeUmaze, PointMazeMedium, PointMazeLarge,
     CheetahRun,
+    WalkerWalk,
 ]
 
 TASKS: dict[str, type[Task]] = {t.name: t for t in _CLASSES}
