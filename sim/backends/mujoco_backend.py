@@ -27,6 +27,10 @@ from sim.errors import BackendError
 _SPEC = mujoco.mjtState.mjSTATE_FULLPHYSICS
 
 
+#: Constraint weights MJX takes from the model as given (see `_set_const`).
+_SOLVER_WEIGHTS = ("body_invweight0", "dof_invweight0", "tendon_invweight0")
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class CData:
@@ -102,9 +106,7 @@ class MujocoBackend:
                 m = self._env_model(int(env_ids[i]))
                 for name, value in zip(self._param_names, params, strict=True):
                     getattr(m, name).reshape(-1)[:] = value[i]
-                # Derived constants (subtree masses, inverse weights...) follow the new parameters;
-                # without this the C engine keeps using the old ones (MJX computes them on the fly).
-                mujoco.mj_setConst(m, d)
+                self._set_const(m, {n: v[i] for n, v in zip(self._param_names, params, strict=True)})
             mujoco.mj_resetData(m, d)
             d.qpos[:] = qpos[i]
             d.qvel[:] = qvel[i]
@@ -168,8 +170,18 @@ class MujocoBackend:
             value = np.asarray(value)
             for i in range(value.shape[0]):
                 getattr(self._env_model(i), name).reshape(-1)[:] = value[i].reshape(-1)
-        for m in self._env_models:
-            mujoco.mj_setConst(m, self._scratch)
+        for i, m in enumerate(self._env_models):
+            self._set_const(m, {name: np.asarray(value)[i] for name, value in params.items()})
+
+    def _set_const(self, m: mujoco.MjModel, params: dict[str, np.ndarray]) -> None:
+        """Recompute the derived constants (subtree masses, actuator lengths...) of randomized physics,
+        but keep the constraint solver's weights as MJX does: MJX never recomputes `*_invweight0`
+        (nor `stat.meaninertia`), so they stay nominal unless the task randomizes them itself."""
+        mujoco.mj_setConst(m, self._scratch)
+        for name in _SOLVER_WEIGHTS:
+            source = params[name] if name in params else getattr(self.model, name)
+            getattr(m, name).reshape(-1)[:] = np.reshape(source, -1)
+        m.stat.meaninertia = self.model.stat.meaninertia
 
     def step(self, data: CData, ctrl: jax.Array, n_substeps: int, params: dict[str, jax.Array] | None = None) -> CData:
         """Advance `n_substeps` physics steps holding `ctrl` (randomized parameters live in the env models)."""

@@ -8,21 +8,25 @@ from __future__ import annotations
 
 from sim.core import Task
 from sim.errors import UnknownTaskError
+from sim.tasks.ant import AntMazeLarge, AntMazeMedium, AntMazeUmaze, AntVelocity
 from sim.tasks.cartpole import CartpoleBalance, CartpoleSwingup
 from sim.tasks.cheetah import CheetahRun
 from sim.tasks.maze import PointMazeLarge, PointMazeMedium, PointMazeUmaze
 from sim.tasks.pendulum import PendulumSwingup
 from sim.tasks.point_mass import PointMass
 from sim.tasks.quadrotor import QuadrotorHover, QuadrotorTrack
+from sim.tasks.rc_car import RcCarTrack
 from sim.tasks.walker import WalkerWalk
 
 _CLASSES: list[type[Task]] = [
+    AntVelocity, AntMazeUmaze, AntMazeMedium, AntMazeLarge,
     CartpoleBalance, CartpoleSwingup,
     PendulumSwingup,
     PointMass,
     QuadrotorHover, QuadrotorTrack,
     PointMazeUmaze, PointMazeMedium, PointMazeLarge,
     CheetahRun,
+    RcCarTrack,
     WalkerWalk,
 ]
 

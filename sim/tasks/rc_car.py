@@ -1,0 +1,508 @@
+"""A 1/10-scale RC car racing a track through checkpoints, FastRLAP-style: `rc-car-track`.
+
+Model: a 2.6 kg car, 0.44 x 0.25 m: a 2 kg box chassis on a free joint, wheelbase 0.30 m, wheel
+track 0.21 m, wheel radius 0.05 m, each wheel on a sprung, damped suspension slider (600 N/m,
+about 1 cm of travel under load). The front wheels steer about z as an Ackermann pair: a position
+servo (full lock 0.45 rad) drives the mean angle of the two steering hinges and a tendon equality
+keeps left - right = 0.7 * mean^2 (wheel track / wheelbase), so the inner wheel turns more.
+Rear-wheel drive through an open differential: one DC-motor actuator gives both rear wheels the
+same torque, 0.35 N m each at full throttle from rest, falling with wheel speed (back-EMF) to zero
+at 6 m/s, at most 0.5 N m (braking). Tyres are spheres with friction 0.8 on a slippery floor, so
+full throttle spins the rear wheels from rest and hard steering at speed slides (the car drifts).
+Only the four tyre-floor contacts exist. Physics step 0.005 s, control at 20 Hz (10 sub-steps),
+1000-step episodes (50 s).
+
+Tracks: a closed centreline through `(x, y)` control points in driving order (a closed centripetal
+Catmull-Rom spline) and a width. Presets in `TRACKS`, chosen by `track`: "circuit" (the default,
+48 m with 0.9 m-radius hairpins, 1.0 m wide) and "oval" (28 m, 1.2 m wide). `track_points` (with
+`track_width`, default 1 m) gives a custom track; centrelines turning tighter than 0.75 m are
+refused. Checkpoints lie on the centreline every `checkpoint_spacing` (1 m) of arc length, drawn
+(with the track edges) as non-colliding sites; checkpoint 0 (white) is the first control point.
+A checkpoint is passed when the car crosses the line through it across the track (ahead of it
+along the track and within width/2 + 0.5 m of it).
+
+Observation `"policy"` (10, named in `OBS_NAMES`; the ROS 2 bridge's RC-car adapter sends the same),
+in the car's frame (x forward, y left): forward speed (velocimeter x, m/s), yaw rate (gyro z,
+rad/s), acceleration x and y (m/s^2: the accelerometer low-passed to the control rate, i.e. the
+mean acceleration over the last control period; gravity excluded), vector to the next checkpoint
+(x, y, m), vector to the one after (x, y, m), previous action (steering, throttle).
+`"critic"` (19, privileged, `CRITIC_NAMES`): the policy group plus the true planar velocity (car
+frame x, y, m/s), heading relative to the track direction (cos, sin), signed lateral offset from
+the centreline (m, left positive) and the randomized parameters as scales of their nominal values
+(tyre friction, mass, motor strength, steering gain; 1 without randomization).
+Action (2): `[steering, throttle]` in [-1, 1]. Steering +1 = full left (0.45 rad), -1 = full
+right. Throttle +1 = full forward torque, 0 = coast (back-EMF drag only), -1 = full reverse
+torque: it brakes a car moving forward, then drives it backwards.
+Reward terms (scaled sum, default scales in brackets): `progress` the velocity projected on the
+unit vector to the next checkpoint times the control period, i.e. metres gained towards it this
+step [1]; `checkpoint` 1 on the step a checkpoint is passed [1]; `crash` 1 on leaving the track
+or rolling over [-10]; `stuck` 1 when stuck [-10]. A lap of L metres earns about 2 L.
+Termination: crash (the chassis centre further than width/2 from the centreline, or tilted more
+than 60 degrees), or stuck: planar speed below `stuck_speed` (0.2 m/s) for more than `stuck_time`
+(1.5 s) in a row, counted from the start (a car that never moves ends after 1.5 s).
+Metrics: `episode/laps` checkpoints passed / checkpoints per lap (the success measure);
+`episode/crashed` and `episode/stuck`, 1 if the episode ended so.
+Initial state: at rest at a random checkpoint (`random_start`; else checkpoint 0), heading along
+the track, offset U(-0.15, 0.15) m across and U(-0.1, 0.1) m along it, yaw U(-0.15, 0.15) rad;
+`info["next_cp"]` is the index of the next checkpoint (the one after the start).
+Domain randomization (on by default, re-sampled each reset: the policy is meant for a real car whose
+grip, load, battery and steering trim are unknown): tyre friction x U(0.75, 1.25), mass x U(0.8,
+1.25) (every body's mass and inertia), motor strength x U(0.8, 1.2), steering gain x U(0.85, 1.15).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+
+from sim.core import Physics, Task, TaskConfig
+from sim.errors import ConfigError
+from sim.tasks._scene import scene_assets
+
+# --- the car -------------------------------------------------------------------------------------
+CHASSIS_HALF = (0.22, 0.085, 0.025)  # box half-sizes (m)
+CHASSIS_MASS = 2.0
+WHEEL_MASS = 0.1
+WHEEL_RADIUS = 0.05
+WHEELBASE = 0.30
+HALF_TRACK = 0.105
+MAX_STEER = 0.45  # rad, mean front-wheel angle at full steering
+ACKERMANN = 2 * HALF_TRACK / WHEELBASE  # left - right steering angle = ACKERMANN * mean^2
+STALL_TORQUE = 0.35  # N m per rear wheel at full throttle, standing still
+TOP_SPEED = 6.0  # m/s where the motor's torque at full throttle falls to zero
+BRAKE_TORQUE = 0.5  # N m per rear wheel, the most the motor gives (braking from speed)
+BACK_EMF = STALL_TORQUE * WHEEL_RADIUS / (2 * TOP_SPEED)  # N m per rad/s of the summed rear wheel speeds
+TYRE_FRICTION = 0.8
+STEER_KP = 8.0  # N m / rad on the mean steering angle
+STEER_DAMPING = 0.15
+STRUT_MASS = 0.05  # unsprung mass per corner besides the wheel
+SUSPENSION_K = 600.0  # N/m per corner: about 1 cm of travel under the car's weight
+SUSPENSION_C = 15.0  # N s/m per corner (about 0.4 of critical damping)
+SUSPENSION_PRELOAD = CHASSIS_MASS * 9.81 / 4 / SUSPENSION_K  # spring compression at rest (m)
+
+# --- observation layout (the ROS 2 bridge's RC-car adapter uses the same order and units) ------------
+OBS_NAMES: tuple[str, ...] = (
+    "forward_speed",   # m/s, velocimeter x
+    "yaw_rate",        # rad/s, gyro z
+    "accel_x",         # m/s^2, accelerometer x (forward), mean over the last control period
+    "accel_y",         # m/s^2, accelerometer y (left), mean over the last control period
+    "next_cp_x",       # m, next checkpoint in the car's heading frame
+    "next_cp_y",
+    "next2_cp_x",      # m, the checkpoint after it
+    "next2_cp_y",
+    "prev_steering",   # previous action, [-1, 1]
+    "prev_throttle",
+)
+CRITIC_NAMES: tuple[str, ...] = OBS_NAMES + (
+    "true_vel_x", "true_vel_y",            # m/s, body frame
+    "heading_cos", "heading_sin",          # heading relative to the track direction
+    "lateral_offset",                      # m from the centreline, left positive
+    "friction_scale", "mass_scale", "motor_scale", "steering_scale",
+)
+
+# --- tracks --------------------------------------------------------------------------------------
+GATE_MARGIN = 0.5  # m beyond the track half-width within which a checkpoint's line counts as crossed
+MIN_TRACK_RADIUS = 0.75  # m: the car turns no tighter than about 0.65 m, so sharper tracks are refused
+
+
+@dataclasses.dataclass(frozen=True)
+class Track:
+    """A closed centreline through `points` ((x, y) in metres, in driving order) and a width (m)."""
+
+    points: tuple[tuple[float, float], ...]
+    width: float
+
+
+def _oval(straight: float = 6.0, radius: float = 2.5) -> tuple[tuple[float, float], ...]:
+    h = straight / 2
+    right = [(h + radius * math.cos(a), radius * math.sin(a)) for a in np.radians([-60, -30, 0, 30, 60])]
+    left = [(-h + radius * math.cos(a), radius * math.sin(a)) for a in np.radians([120, 150, 180, 210, 240])]
+    pts = [(-h, -radius), (0.0, -radius), (h, -radius), *right, (h, radius), (0.0, radius), (-h, radius), *left]
+    return tuple((round(x, 3), round(y, 3)) for x, y in pts)
+
+
+TRACKS: dict[str, Track] = {
+    "oval": Track(_oval(), 1.2),
+    "circuit": Track(((-4.0, -4.0), (0.0, -4.0), (4.0, -4.0), (5.8, -3.4), (6.6, -1.8), (6.0, -0.1), (4.4, 0.3),
+                      (3.0, -0.4), (1.6, -1.2), (0.2, -0.9), (-0.5, 0.6), (0.4, 2.2), (2.4, 2.7), (4.2, 3.0),
+                      (4.9, 4.3), (4.1, 5.5), (2.4, 5.9), (0.0, 5.6), (-2.0, 4.6), (-3.2, 2.8), (-5.2, 1.6),
+                      (-6.0, -0.6), (-5.6, -3.0)), 1.0),
+}
+
+
+def catmull_rom(points: np.ndarray, samples: int = 64) -> np.ndarray:
+    """Points along the closed centripetal Catmull-Rom spline through `points` (no cusps or loops)."""
+    p = np.asarray(points, np.float64)
+    k = len(p)
+    out = []
+    for i in range(k):
+        p0, p1, p2, p3 = p[i - 1], p[i], p[(i + 1) % k], p[(i + 2) % k]
+        t1 = np.linalg.norm(p1 - p0) ** 0.5
+        t2 = t1 + np.linalg.norm(p2 - p1) ** 0.5
+        t3 = t2 + np.linalg.norm(p3 - p2) ** 0.5
+        t = np.linspace(t1, t2, samples, endpoint=False)[:, None]
+        a1 = (t1 - t) / t1 * p0 + t / t1 * p1
+        a2 = (t2 - t) / (t2 - t1) * p1 + (t - t1) / (t2 - t1) * p2
+        a3 = (t3 - t) / (t3 - t2) * p2 + (t - t2) / (t3 - t2) * p3
+        b1 = (t2 - t) / t2 * a1 + t / t2 * a2
+        b2 = (t3 - t) / (t3 - t1) * a2 + (t - t1) / (t3 - t1) * a3
+        out.append((t2 - t) / (t2 - t1) * b1 + (t - t1) / (t2 - t1) * b2)
+    return np.concatenate(out)
+
+
+def resample(curve: np.ndarray, count: int) -> tuple[np.ndarray, float]:
+    """`count` points equally spaced by arc length along the closed polyline `curve`, and its length."""
+    closed = np.concatenate([curve, curve[:1]])
+    s = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(closed, axis=0), axis=1))])
+    q = np.linspace(0.0, s[-1], count, endpoint=False)
+    return np.stack([np.interp(q, s, closed[:, 0]), np.interp(q, s, closed[:, 1])], 1), float(s[-1])
+
+
+class TrackGeometry:
+    """A track's centreline (a dense closed polyline), checkpoints and their directions, in numpy."""
+
+    STEP = 0.1  # m between centreline points
+
+    def __init__(self, points, width: float, checkpoint_spacing: float):
+        pts = np.asarray(points, np.float64)
+        if pts.ndim != 2 or pts.shape[1] != 2 or len(pts) < 3:
+            raise ConfigError(f"track_points must be at least 3 (x, y) pairs, got shape {pts.shape}")
+        if width < 0.5:
+            raise ConfigError(f"track_width must be >= 0.5 m (the car is 0.25 m wide), got {width}")
+        if checkpoint_spacing <= 0:
+            raise ConfigError(f"checkpoint_spacing must be > 0, got {checkpoint_spacing}")
+        spline = catmull_rom(pts)
+        _, length = resample(spline, 2)
+        self.line, self.length = resample(spline, max(8, int(round(length / self.STEP))))
+        self.width = float(width)
+        radius = self.min_radius()
+        if radius < MIN_TRACK_RADIUS:
+            raise ConfigError(f"the track turns tighter ({radius:.2f} m) than the car can follow; "
+                              f"keep the centreline's radius >= {MIN_TRACK_RADIUS} m (spread the points)")
+        n = max(4, int(round(self.length / checkpoint_spacing)))
+        self.checkpoints, _ = resample(self.line, n)
+        ahead, _ = resample(np.roll(self.line, -1, 0), n)  # the next centreline point after each checkpoint
+        tangent = ahead - self.checkpoints
+        self.cp_tangent = tangent / np.linalg.norm(tangent, axis=1, keepdims=True)
+
+    def min_radius(self, gap: int = 3) -> float:
+        """Smallest radius of the circles through centreline points `gap` apart."""
+        a, b, c = np.roll(self.line, gap, 0), self.line, np.roll(self.line, -gap, 0)
+        ab, bc, ca = (np.linalg.norm(u, axis=1) for u in (b - a, c - b, a - c))
+        cross = np.abs((b - a)[:, 0] * (c - a)[:, 1] - (b - a)[:, 1] * (c - a)[:, 0])
+        return float(np.min(ab * bc * ca / np.maximum(2 * cross, 1e-12)))
+
+    def sites(self) -> str:
+        """MJCF sites drawing the track: its edges and a line across it at every checkpoint (start in white)."""
+        out = []
+        edge_step = max(1, int(round(0.5 / self.STEP)))
+        a = self.line[::edge_step]
+        b = np.roll(a, -1, 0)
+        mid, seg = (a + b) / 2, b - a
+        normal = np.stack([-seg[:, 1], seg[:, 0]], 1) / np.linalg.norm(seg, axis=1, keepdims=True)
+        for i, (m, s, nrm) in enumerate(zip(mid, seg, normal, strict=True)):
+            yaw = math.degrees(math.atan2(s[1], s[0]))
+            half = np.linalg.norm(s) / 2 + 0.01
+            for side, sign in (("l", 1), ("r", -1)):
+                x, y = m + sign * self.width / 2 * nrm
+                out.append(f'<site name="edge_{side}{i}" type="box" pos="{x:.3f} {y:.3f} 0.002" '
+                           f'size="{half:.3f} 0.02 0.002" euler="0 0 {yaw:.1f}" rgba=".9 .9 .9 1"/>')
+        for i, (c, t) in enumerate(zip(self.checkpoints, self.cp_tangent, strict=True)):
+            yaw = math.degrees(math.atan2(t[1], t[0]))
+            rgba = "1 1 1 1" if i == 0 else ".9 .6 .1 1"
+            out.append(f'<site name="cp{i}" type="box" pos="{c[0]:.3f} {c[1]:.3f} 0.002" '
+                       f'size="0.025 {self.width / 2:.3f} 0.002" euler="0 0 {yaw:.1f}" rgba="{rgba}"/>')
+        return "\n    ".join(out)
+
+
+# --- the model -----------------------------------------------------------------------------------
+def _corner(name: str, pos: str, steer: str = "") -> str:
+    """One corner: a suspension slider (z), a steering knuckle (front only) and the wheel.
+
+    The wheel is a collision sphere (hidden, group 3) inside a visual tyre cylinder, spinning about y.
+    The spring's reference is preloaded so that the nominal car rests with the sliders at 0.
+    """
+    wheel = f"""<body name="wheel_{name}">
+            <joint name="wheel_{name}" type="hinge" axis="0 1 0" damping="0.0002" armature="0.0002"/>
+            <geom name="tyre_{name}" type="sphere" size="{WHEEL_RADIUS}" mass="{WHEEL_MASS}" contype="1"
+                  friction="{TYRE_FRICTION} 0.005 0.0001" group="3"/>
+            <geom type="cylinder" size="{WHEEL_RADIUS} 0.02" euler="90 0 0" mass="0" material="tyre"/>
+          </body>"""
+    if steer:
+        wheel = f"""<body name="knuckle_{name}">
+          <inertial pos="0 0 0" mass="0.02" diaginertia="1e-5 1e-5 1e-5"/>
+          <joint name="{steer}" type="hinge" axis="0 0 1" range="-40 40" damping="{STEER_DAMPING}" armature="0.001"/>
+          {wheel}
+        </body>"""
+    return f"""<body name="strut_{name}" pos="{pos}">
+        <inertial pos="0 0 0" mass="{STRUT_MASS}" diaginertia="1e-5 1e-5 1e-5"/>
+        <joint name="susp_{name}" type="slide" axis="0 0 1" range="-0.03 0.03" stiffness="{SUSPENSION_K}"
+               springref="{-SUSPENSION_PRELOAD:.5f}" damping="{SUSPENSION_C}"/>
+        {wheel}
+      </body>"""
+
+
+def car_xml(track: TrackGeometry) -> str:
+    """The MJCF model: the car, a floor covering `track` and the track drawn as sites."""
+    lo, hi = track.line.min(0), track.line.max(0)
+    centre, span = (lo + hi) / 2, float(np.max(hi - lo)) + track.width
+    half = span / 2 + 3
+    lx, ly, lz = CHASSIS_HALF
+    fx, rx, y = WHEELBASE / 2, -WHEELBASE / 2, HALF_TRACK
+    return f"""
+<mujoco model="rc_car">
+  <compiler angle="degree"/>
+  <option timestep="0.005"/>
+  <default><geom contype="0" conaffinity="0"/></default>
+  {scene_assets("1 1")}
+    <material name="body" rgba=".8 .15 .1 1"/>
+    <material name="tyre" rgba=".1 .1 .1 1"/>
+  </asset>
+  <worldbody>
+    <light name="light" pos="{centre[0]:.2f} {centre[1]:.2f} 10" dir="0 0 -1" directional="true"/>
+    <geom name="floor" type="plane" size="{half:.1f} {half:.1f} .1" pos="{centre[0]:.2f} {centre[1]:.2f} 0"
+          material="grid" conaffinity="1" friction="0.1 0.005 0.0001"/>
+    <camera name="top" pos="{centre[0]:.2f} {centre[1]:.2f} {1.3 * span:.1f}" xyaxes="1 0 0 0 1 0"/>
+    {track.sites()}
+    <body name="car" pos="0 0 {WHEEL_RADIUS}">
+      <freejoint name="root"/>
+      <camera name="chase" pos="-1.4 0 0.7" xyaxes="0 -1 0 0.45 0 0.9"/>
+      <geom name="chassis" type="box" size="{lx} {ly} {lz}" pos="0 0 0.01" mass="{CHASSIS_MASS}"
+            material="body"/>
+      <geom name="cabin" type="box" size="0.1 0.06 0.025" pos="-0.03 0 0.06" mass="0" material="body"/>
+      <site name="imu" pos="0 0 0"/>
+      {_corner("fl", f"{fx} {y} 0", "steer_l")}
+      {_corner("fr", f"{fx} {-y} 0", "steer_r")}
+      {_corner("rl", f"{rx} {y} 0")}
+      {_corner("rr", f"{rx} {-y} 0")}
+    </body>
+  </worldbody>
+  <tendon>
+    <fixed name="steer"><joint joint="steer_l" coef="0.5"/><joint joint="steer_r" coef="0.5"/></fixed>
+    <fixed name="toe"><joint joint="steer_l" coef="1"/><joint joint="steer_r" coef="-1"/></fixed>
+    <fixed name="drive"><joint joint="wheel_rl" coef="1"/><joint joint="wheel_rr" coef="1"/></fixed>
+  </tendon>
+  <equality>
+    <tendon name="ackermann" tendon1="toe" tendon2="steer" polycoef="0 0 {ACKERMANN:.4f} 0 0"/>
+  </equality>
+  <actuator>
+    <position name="steering" tendon="steer" kp="{STEER_KP}" ctrlrange="{-MAX_STEER} {MAX_STEER}"/>
+    <general name="throttle" tendon="drive" ctrlrange="-1 1" gainprm="{STALL_TORQUE}" biastype="affine"
+             biasprm="0 0 {-BACK_EMF:.6f}" forcelimited="true" forcerange="{-BRAKE_TORQUE} {BRAKE_TORQUE}"/>
+  </actuator>
+  <sensor>
+    <velocimeter name="velocimeter" site="imu"/>
+    <gyro name="gyro" site="imu"/>
+  </sensor>
+</mujoco>
+"""
+
+
+# --- the task ------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class RcCarConfig(TaskConfig):
+    episode_length: int = 1000
+    ctrl_dt: float = 0.05
+    sim_dt: float = 0.005
+    domain_randomization: bool = True
+    #: A preset of `TRACKS`, unless `track_points` is given.
+    track: str = "circuit"
+    #: A custom closed centreline: (x, y) control points in driving order (m); empty = the preset.
+    track_points: tuple[tuple[float, float], ...] = ()
+    #: Track width (m); 0 = the preset's (1.0 m for custom points).
+    track_width: float = 0.0
+    checkpoint_spacing: float = 1.0
+    random_start: bool = True
+    stuck_speed: float = 0.2
+    stuck_time: float = 1.5
+    reward_scales: dict[str, float] = dataclasses.field(default_factory=lambda: {
+        "progress": 1.0, "checkpoint": 1.0, "crash": -10.0, "stuck": -10.0})
+
+
+def _yaw_up(q: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Yaw angle and the world-z component of the body's z axis, from a (w, x, y, z) quaternion."""
+    w, x, y, z = q
+    return jnp.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)), 1 - 2 * (x * x + y * y)
+
+
+def _to_body(v: jax.Array, yaw: jax.Array) -> jax.Array:
+    """A planar world vector in the car's heading frame (x forward, y left)."""
+    c, s = jnp.cos(yaw), jnp.sin(yaw)
+    return jnp.stack([c * v[0] + s * v[1], -s * v[0] + c * v[1]])
+
+
+class RcCarTrack(Task):
+    __doc__ = __doc__
+    name = "rc-car-track"
+    config_class = RcCarConfig
+    random_return = -8.4
+    reference_return = 140.8
+    reference_doc = "slow pure pursuit through the observed checkpoints (sim/tasks/rc_car_control.py)"
+    reference_policy = "sim.tasks.rc_car_control:demo_lap_policy"
+
+    def __init__(self, config: RcCarConfig | None = None):
+        cfg = config if config is not None else self.config_class()
+        if cfg.track_points:
+            points, width = cfg.track_points, cfg.track_width or 1.0
+        elif cfg.track in TRACKS:
+            points, width = TRACKS[cfg.track].points, cfg.track_width or TRACKS[cfg.track].width
+        else:
+            raise ConfigError(f"track must be one of {sorted(TRACKS)} (or give track_points), got {cfg.track!r}")
+        self.track = TrackGeometry(points, width, cfg.checkpoint_spacing)
+        t = self.track
+        self._cp = jnp.asarray(t.checkpoints, jnp.float32)
+        self._cp_tangent = jnp.asarray(t.cp_tangent, jnp.float32)
+        seg = np.roll(t.line, -1, 0) - t.line
+        self._seg_a = jnp.asarray(t.line, jnp.float32)
+        self._seg_d = jnp.asarray(seg, jnp.float32)
+        self._seg_inv = jnp.asarray(1.0 / np.sum(seg**2, 1), jnp.float32)
+        super().__init__(cfg)
+        m = self.mj_model
+        self._car = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "car")
+        self._tyres = np.array([mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, f"tyre_{w}")
+                                for w in ("fl", "fr", "rl", "rr")])
+        self._steer_act = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, "steering")
+        self._drive_act = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, "throttle")
+
+    @property
+    def num_checkpoints(self) -> int:
+        return int(self._cp.shape[0])
+
+    def xml(self) -> str:
+        return car_xml(self.track)
+
+    # --- track geometry in JAX -----------------------------------------------------------------
+    def centreline_offset(self, xy: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Signed distance of `xy` from the centreline (left of the driving direction positive) and
+        the track direction there (angle, rad)."""
+        rel = xy - self._seg_a
+        t = jnp.clip(jnp.sum(rel * self._seg_d, 1) * self._seg_inv, 0.0, 1.0)
+        dist = jnp.linalg.norm(rel - t[:, None] * self._seg_d, axis=1)
+        i = jnp.argmin(dist)
+        d = self._seg_d[i]
+        side = jnp.sign(d[0] * rel[i, 1] - d[1] * rel[i, 0])
+        return jnp.where(side == 0, 1.0, side) * dist[i], jnp.arctan2(d[1], d[0])
+
+    def _passed(self, xy: jax.Array, idx: jax.Array) -> jax.Array:
+        """Whether the car at `xy` has crossed checkpoint `idx`'s line across the track."""
+        rel = xy - self._cp[idx]
+        ahead = jnp.dot(rel, self._cp_tangent[idx]) >= 0.0
+        return ahead & (jnp.linalg.norm(rel) < self.track.width / 2 + GATE_MARGIN)
+
+    def _crashed(self, phys: Physics) -> jax.Array:
+        offset, _ = self.centreline_offset(phys.qpos[0:2])
+        _, up = _yaw_up(phys.qpos[3:7])
+        return (jnp.abs(offset) > self.track.width / 2) | (up < 0.5)
+
+    def _slow_steps(self, phys: Physics, info) -> jax.Array:
+        """Control steps in a row the car has been slower than `stuck_speed`, after this step."""
+        slow = jnp.linalg.norm(phys.qvel[0:2]) < self.cfg.stuck_speed
+        return jnp.where(slow, info["slow_steps"] + 1, 0).astype(jnp.int32)
+
+    def _stuck(self, slow_steps: jax.Array) -> jax.Array:
+        """Slow for more than `stuck_time` (counted in whole control steps)."""
+        return slow_steps > int(round(self.cfg.stuck_time / self.cfg.ctrl_dt))
+
+    # --- the task -------------------------------------------------------------------------------
+    def init(self, key):
+        k1, k2, k3, k4 = jax.random.split(key, 4)
+        n = self.num_checkpoints
+        i = jax.random.randint(k1, (), 0, n) if self.cfg.random_start else jnp.zeros((), jnp.int32)
+        tangent = self._cp_tangent[i]
+        normal = jnp.stack([-tangent[1], tangent[0]])
+        xy = (self._cp[i] + jax.random.uniform(k2, (), minval=-0.15, maxval=0.15) * normal
+              + jax.random.uniform(k3, (), minval=-0.1, maxval=0.1) * tangent)
+        yaw = jnp.arctan2(tangent[1], tangent[0]) + jax.random.uniform(k4, (), minval=-0.15, maxval=0.15)
+        root = jnp.concatenate([xy, jnp.array([WHEEL_RADIUS]), jnp.stack([jnp.cos(yaw / 2), 0.0, 0.0,
+                                                                          jnp.sin(yaw / 2)])])
+        qpos = jnp.asarray(self.mj_model.qpos0, jnp.float32).at[0:7].set(root)  # the free joint is the first
+        info = {"next_cp": ((i + 1) % n).astype(jnp.int32), "passed": jnp.zeros((), jnp.int32),
+                "slow_steps": jnp.zeros((), jnp.int32), "prev_action": jnp.zeros(2, jnp.float32),
+                "prev_vel": jnp.zeros(2, jnp.float32), "accel": jnp.zeros(2, jnp.float32)}
+        return qpos, jnp.zeros(self.mj_model.nv, jnp.float32), info
+
+    def randomize(self, key):
+        """Tyre friction, the car's mass, motor strength and steering gain of a new episode.
+
+        The mass scale multiplies every body's mass and inertia and the joints' armature, so the mass
+        matrix scales exactly and the constraint weights derived from it (`*_invweight0`) scale by its
+        inverse: they are returned too, because MJX reads them from the model as they are, while the C
+        backend recomputes them (`mj_setConst`); both then agree.
+        """
+        k1, k2, k3, k4 = jax.random.split(key, 4)
+        m = self.mj_model
+        friction = jnp.asarray(m.geom_friction).at[self._tyres, 0].multiply(
+            jax.random.uniform(k1, (), minval=0.75, maxval=1.25))
+        mass = jax.random.uniform(k2, (), minval=0.8, maxval=1.25)
+        gain = (jnp.asarray(m.actuator_gainprm)
+                .at[self._drive_act, 0].multiply(jax.random.uniform(k3, (), minval=0.8, maxval=1.2))
+                .at[self._steer_act, 0].multiply(jax.random.uniform(k4, (), minval=0.85, maxval=1.15)))
+        scaled = {k: jnp.asarray(getattr(m, k)) * mass for k in ("body_mass", "body_inertia", "dof_armature")}
+        inverse = {k: jnp.asarray(getattr(m, k)) / mass
+                   for k in ("body_invweight0", "dof_invweight0", "tendon_invweight0")}
+        return {"geom_friction": friction, "actuator_gainprm": gain, **scaled, **inverse}
+
+    def _dr_scales(self, info) -> jax.Array:
+        dr = info["dr"]
+        if not dr:
+            return jnp.ones(4)
+        m = self.mj_model
+        return jnp.stack([dr["geom_friction"][self._tyres[0], 0] / m.geom_friction[self._tyres[0], 0],
+                          dr["body_mass"][self._car] / m.body_mass[self._car],
+                          dr["actuator_gainprm"][self._drive_act, 0] / m.actuator_gainprm[self._drive_act, 0],
+                          dr["actuator_gainprm"][self._steer_act, 0] / m.actuator_gainprm[self._steer_act, 0]])
+
+    def observe(self, phys: Physics, info):
+        xy = phys.qpos[0:2]
+        yaw, _ = _yaw_up(phys.qpos[3:7])
+        vel = self.index.sensor(phys, "velocimeter")
+        gyro = self.index.sensor(phys, "gyro")
+        nxt = info["next_cp"]
+        p1 = _to_body(self._cp[nxt] - xy, yaw)
+        p2 = _to_body(self._cp[(nxt + 1) % self.num_checkpoints] - xy, yaw)
+        policy = jnp.concatenate([vel[0:1], gyro[2:3], info["accel"], p1, p2, info["prev_action"]]).astype(jnp.float32)
+        offset, direction = self.centreline_offset(xy)
+        heading = yaw - direction
+        critic = jnp.concatenate([policy, _to_body(phys.qvel[0:2], yaw), jnp.stack([jnp.cos(heading), jnp.sin(heading),
+                                  offset]), self._dr_scales(info)]).astype(jnp.float32)
+        return {"policy": policy, "critic": critic}
+
+    def reward_terms(self, phys: Physics, action, info):
+        xy = phys.qpos[0:2]
+        to_cp = self._cp[info["next_cp"]] - xy
+        toward = jnp.dot(phys.qvel[0:2], to_cp) / jnp.maximum(jnp.linalg.norm(to_cp), 1e-6)
+        crash = self._crashed(phys)
+        stuck = self._stuck(self._slow_steps(phys, info)) & ~crash
+        return {
+            "progress": toward * self.cfg.ctrl_dt,
+            "checkpoint": self._passed(xy, info["next_cp"]).astype(jnp.float32),
+            "crash": crash.astype(jnp.float32),
+            "stuck": stuck.astype(jnp.float32),
+        }
+
+    def update_info(self, phys: Physics, action, info):
+        yaw, _ = _yaw_up(phys.qpos[3:7])
+        passed = self._passed(phys.qpos[0:2], info["next_cp"])
+        return {**info,
+                "next_cp": jnp.where(passed, (info["next_cp"] + 1) % self.num_checkpoints, info["next_cp"]),
+                "passed": info["passed"] + passed.astype(jnp.int32),
+                "slow_steps": self._slow_steps(phys, info),
+                "prev_action": jnp.clip(action, -1.0, 1.0).astype(jnp.float32),
+                # The accelerometer low-passed to the control rate: the mean planar acceleration over
+                # the step, in the heading frame (a level car's accelerometer x, y).
+                "prev_vel": phys.qvel[0:2].astype(jnp.float32),
+                "accel": _to_body((phys.qvel[0:2] - info["prev_vel"]) / self.cfg.ctrl_dt, yaw).astype(jnp.float32)}
+
+    def terminated(self, phys: Physics, info):
+        return self._crashed(phys) | self._stuck(info["slow_steps"])
+
+    def metrics(self, phys: Physics, info):
+        crash = self._crashed(phys)
+        return {"episode/laps": info["passed"] / self.num_checkpoints,
+                "episode/crashed": crash.astype(jnp.float32),
+                "episode/stuck": (self._stuck(info["slow_steps"]) & ~crash).astype(jnp.float32)}
