@@ -9,6 +9,7 @@ from __future__ import annotations
 from sim.core import Task
 from sim.errors import UnknownTaskError
 from sim.tasks.ant import AntMazeLarge, AntMazeMedium, AntMazeUmaze, AntVelocity
+from sim.tasks.arm import ArmPickPlace, ArmPush, ArmReach
 from sim.tasks.cartpole import CartpoleBalance, CartpoleSwingup
 from sim.tasks.cheetah import CheetahRun
 from sim.tasks.maze import PointMazeLarge, PointMazeMedium, PointMazeUmaze
@@ -20,6 +21,7 @@ from sim.tasks.walker import WalkerWalk
 
 _CLASSES: list[type[Task]] = [
     AntVelocity, AntMazeUmaze, AntMazeMedium, AntMazeLarge,
+    ArmReach, ArmPush, ArmPickPlace,
     CartpoleBalance, CartpoleSwingup,
     PendulumSwingup,
     PointMass,
