@@ -16,6 +16,7 @@ from sim.tasks.maze import PointMazeLarge, PointMazeMedium, PointMazeUmaze
 from sim.tasks.pendulum import PendulumSwingup
 from sim.tasks.point_mass import PointMass
 from sim.tasks.quadrotor import QuadrotorHover, QuadrotorTrack
+from sim.tasks.quadruped import QuadrupedJoystick
 from sim.tasks.rc_car import RcCarTrack
 from sim.tasks.walker import WalkerWalk
 
@@ -26,6 +27,7 @@ _CLASSES: list[type[Task]] = [
     PendulumSwingup,
     PointMass,
     QuadrotorHover, QuadrotorTrack,
+    QuadrupedJoystick,
     PointMazeUmaze, PointMazeMedium, PointMazeLarge,
     CheetahRun,
     RcCarTrack,
