@@ -108,8 +108,7 @@ class SAC:
         cfg.validate()
         self.device = torch.device(device)
         self.num_actions = num_actions
-        self.actor = TanhGaussianActor(obs_dim, num_actions, cfg.actor_hidden, cfg.activation,
-                                       cfg.actor_layer_norm).to(self.device)
+        self.actor = self._make_actor(obs_dim, num_actions).to(self.device)
         bins = cfg.hl_bins if cfg.hl_gauss else 1
         self.critic = QEnsemble(critic_obs_dim, num_actions, cfg.num_critics, cfg.critic_hidden, cfg.activation,
                                 cfg.critic_layer_norm, bins).to(self.device)
@@ -126,6 +125,10 @@ class SAC:
         self.critic_updates = 0
         self.config = {"obs_dim": obs_dim, "critic_obs_dim": critic_obs_dim, "num_actions": num_actions,
                        "sac": {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(cfg).items()}}
+
+    def _make_actor(self, obs_dim: int, num_actions: int) -> torch.nn.Module:
+        cfg = self.cfg
+        return TanhGaussianActor(obs_dim, num_actions, cfg.actor_hidden, cfg.activation, cfg.actor_layer_norm)
 
     @classmethod
     def for_env(cls, env: Any, cfg: SACConfig | None = None, device: str | torch.device = "cpu") -> SAC:
@@ -155,22 +158,19 @@ class SAC:
         """[E, B] values from the critic outputs (expectations under HL-Gauss)."""
         return self.hl.value(out) if self.hl is not None else out
 
-    def update_critic(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, float]:
-        """One critic step on a minibatch; every `actor_every` steps also the actor and temperature."""
+    def _target_min(self, next_obs_c: torch.Tensor, next_actions: torch.Tensor,
+                    generator: torch.Generator | None) -> torch.Tensor:
+        """[B] min over a random subset of M target critics at (o', a')."""
         cfg = self.cfg
-        obs_c, next_obs_c = self.critic_obs(batch["obs"]), self.critic_obs(batch["next_obs"])
-        rewards = batch["rewards"] * cfg.reward_scale + cfg.reward_bias
-        with torch.no_grad():
-            next_actions, next_logp = self.actor.sample(batch["next_obs"]["policy"], generator)
-            next_q = self._q_values(self.critic_target(next_obs_c, next_actions))
-            idx = subset_indices(cfg.num_critics, cfg.num_min_critics, cfg.subset_replace, generator, self.device)
-            next_v = next_q[idx].min(0).values
-            if cfg.backup_entropy:
-                next_v = next_v - self.alpha * next_logp
-            target = rewards + batch["discount"] * next_v
-        out = self.critic(obs_c, batch["actions"])
+        next_q = self._q_values(self.critic_target(next_obs_c, next_actions))
+        idx = subset_indices(cfg.num_critics, cfg.num_min_critics, cfg.subset_replace, generator, self.device)
+        return next_q[idx].min(0).values
+
+    def _critic_step(self, obs_c: torch.Tensor, actions: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
+        """One optimizer step of every critic towards `target` (squared error or HL-Gauss cross-entropy)."""
+        out = self.critic(obs_c, actions)
         if self.hl is not None:
-            loss = self.hl.loss(out, target.expand(cfg.num_critics, -1)).mean(-1).sum()
+            loss = self.hl.loss(out, target.expand(self.cfg.num_critics, -1)).mean(-1).sum()
             q = self.hl.value(out.detach())
         else:
             loss = 0.5 * ((out - target) ** 2).mean(-1).sum()
@@ -178,9 +178,22 @@ class SAC:
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.critic_opt.step()
-        polyak_update(self.critic_target, self.critic, cfg.tau)
         self.critic_updates += 1
-        stats = {"critic_loss": loss.item(), "q_mean": q.mean().item()}
+        return {"critic_loss": loss.item(), "q_mean": q.mean().item()}
+
+    def update_critic(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, float]:
+        """One critic step on a minibatch; every `actor_every` steps also the actor and temperature."""
+        cfg = self.cfg
+        obs_c, next_obs_c = self.critic_obs(batch["obs"]), self.critic_obs(batch["next_obs"])
+        rewards = batch["rewards"] * cfg.reward_scale + cfg.reward_bias
+        with torch.no_grad():
+            next_actions, next_logp = self.actor.sample(batch["next_obs"]["policy"], generator)
+            next_v = self._target_min(next_obs_c, next_actions, generator)
+            if cfg.backup_entropy:
+                next_v = next_v - self.alpha * next_logp
+            target = rewards + batch["discount"] * next_v
+        stats = self._critic_step(obs_c, batch["actions"], target)
+        polyak_update(self.critic_target, self.critic, cfg.tau)
         if self.critic_updates % cfg.actor_every == 0:
             stats.update(self.update_actor(batch, generator))
         return stats

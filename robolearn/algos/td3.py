@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from policies.ensemble import EnsembleMLP
-from robolearn.algos.sac import SAC, SACConfig, polyak_update, subset_indices
+from robolearn.algos.sac import SAC, SACConfig, polyak_update
 
 
 @dataclasses.dataclass
@@ -42,14 +42,14 @@ class TD3(SAC):
                  device: str | torch.device = "cpu"):
         cfg = cfg if cfg is not None else TD3Config()
         super().__init__(obs_dim, critic_obs_dim, num_actions, cfg, device)
-        self.actor = DeterministicActor(obs_dim, num_actions, cfg.actor_hidden, cfg.activation,
-                                        cfg.actor_layer_norm).to(self.device)
-        self.actor_target = DeterministicActor(obs_dim, num_actions, cfg.actor_hidden, cfg.activation,
-                                               cfg.actor_layer_norm).to(self.device)
+        self.actor_target = self._make_actor(obs_dim, num_actions).to(self.device)
         self.actor_target.load_state_dict(self.actor.state_dict())
         self.actor_target.requires_grad_(False)
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr, fused=True)
         self.config["td3"] = self.config.pop("sac")
+
+    def _make_actor(self, obs_dim: int, num_actions: int) -> torch.nn.Module:
+        cfg = self.cfg
+        return DeterministicActor(obs_dim, num_actions, cfg.actor_hidden, cfg.activation, cfg.actor_layer_norm)
 
     @torch.no_grad()
     def act(self, obs: Any, deterministic: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -67,21 +67,8 @@ class TD3(SAC):
             next_actions = self.actor_target(batch["next_obs"]["policy"])
             noise = (torch.randn(next_actions.shape, generator=generator).to(self.device) * cfg.policy_noise)
             next_actions = (next_actions + noise.clamp(-cfg.noise_clip, cfg.noise_clip)).clamp(-1.0, 1.0)
-            next_q = self._q_values(self.critic_target(next_obs_c, next_actions))
-            idx = subset_indices(cfg.num_critics, cfg.num_min_critics, cfg.subset_replace, generator, self.device)
-            target = rewards + batch["discount"] * next_q[idx].min(0).values
-        out = self.critic(obs_c, batch["actions"])
-        if self.hl is not None:
-            loss = self.hl.loss(out, target.expand(cfg.num_critics, -1)).mean(-1).sum()
-            q = self.hl.value(out.detach())
-        else:
-            loss = 0.5 * ((out - target) ** 2).mean(-1).sum()
-            q = out.detach()
-        self.critic_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.critic_opt.step()
-        self.critic_updates += 1
-        stats = {"critic_loss": loss.item(), "q_mean": q.mean().item()}
+            target = rewards + batch["discount"] * self._target_min(next_obs_c, next_actions, generator)
+        stats = self._critic_step(obs_c, batch["actions"], target)
         if self.critic_updates % cfg.actor_every == 0:  # delayed actor and target updates
             stats.update(self.update_actor(batch, generator))
             polyak_update(self.critic_target, self.critic, cfg.tau)

@@ -50,7 +50,7 @@ class OffPolicyRunner(RunnerBase):
         try:
             while self.iteration < iterations:
                 start = time.perf_counter()
-                obs, stats, log, update_s, updates = self._iteration(obs)
+                obs, log, update_s, updates = self._iteration(obs)
                 elapsed = time.perf_counter() - start
                 self.iteration += 1
                 steps = self.steps_per_iteration * self.env.num_envs
@@ -58,7 +58,7 @@ class OffPolicyRunner(RunnerBase):
                 row = {"iteration": self.iteration, "env_steps": self.env_steps, "updates": self.updates,
                        "env_steps_per_s": steps / elapsed,
                        "updates_per_s": updates / update_s if update_s > 0 else 0.0,
-                       "wall_s": round(self.wall_s, 3), **self._episode_stats(), **stats, **log}
+                       "wall_s": round(self.wall_s, 3), **self._episode_stats(), **log}
                 rows.append(row)
                 self._log(row)
                 if bar is not None:
@@ -105,7 +105,7 @@ class OffPolicyRunner(RunnerBase):
                     self.updates += 1
                     updates += 1
                 update_s += time.perf_counter() - start
-        return obs, {}, {k: v / counts[k] for k, v in sums.items()}, update_s, updates
+        return obs, {k: v / counts[k] for k, v in sums.items()}, update_s, updates
 
     # --- checkpoints ---------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:

@@ -62,6 +62,7 @@ import numpy as np
 
 from sim.core import Physics, Task, TaskConfig
 from sim.tasks._scene import scene_assets
+from sim.tasks.quadrotor import quat_to_mat
 
 # --- geometry (metres) and actuation, shared with the scripted controller ---------------------------
 LEGS = ("FR", "FL", "RR", "RL")
@@ -158,16 +159,6 @@ XML = f"""
   </sensor>
 </mujoco>
 """
-
-
-def quat_to_mat(q: jax.Array) -> jax.Array:
-    """Rotation matrix (body to world) of a unit quaternion (w, x, y, z)."""
-    w, x, y, z = q
-    return jnp.array([
-        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-    ])
 
 
 @dataclasses.dataclass(frozen=True)
