@@ -378,13 +378,19 @@ def test_dds_names_seen_by_ros_graph(dds):
     assert drive.qos[Policy.Reliability] == Policy.Reliability.BestEffort
     assert cmd_vel.qos[Policy.DataRepresentation].use_cdrv0_representation  # XCDR1 only, as rmw_cyclonedds
     assert not cmd_vel.qos[Policy.DataRepresentation].use_xcdrv2_representation
+    twist_hash = "RIHS01_9c45bf16fe0983d80e3cfe750d6835843d265a9a6c46bd2e609fcddde6fb8d2a"  # ROS 2's, for Twist
+    assert cmd_vel.qos[Policy.Userdata].data == f"typehash={twist_hash};".encode()
     reader.__del__()
     spy.__del__()
 
 
-def test_dds_errors_and_close(dds):
+def test_dds_errors_and_close(dds, caplog):
     transport = dds()
     pub = transport.publisher("/a", msgs.BOOL)
+    bad = Inbox()
+    with caplog.at_level(logging.ERROR):
+        transport.subscribe("/a", msgs.BOOL, bad)._deliver(b"\x00\x01\x00\x00", 0)  # truncated CDR
+    assert bad.items == [] and "undecodable std_msgs/msg/Bool sample on /a" in caplog.text
     with pytest.raises(TypeError, match="carries std_msgs/msg/Bool"):
         transport.subscribe("/a", msgs.TWIST, Inbox())
     with pytest.raises(TypeError, match="expected a std_msgs/msg/Bool"):
@@ -400,6 +406,8 @@ def test_dds_errors_and_close(dds):
     transport.close()
     with pytest.raises(RuntimeError, match="closed"):
         transport.publisher("/b", msgs.BOOL)
+    with pytest.raises(RuntimeError, match="closed"):
+        pub.publish(msgs.bool_msg(True))
 
 
 ECHO = textwrap.dedent(
