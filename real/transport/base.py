@@ -2,7 +2,8 @@
 
 A transport moves ROS 2 messages (rosbags dataclasses, see `real.msgs`) between this process and the robot:
 ``publisher(topic, msg_type, qos).publish(msg)``, ``subscribe(topic, msg_type, callback, qos)`` with
-``callback(msg, receive_time_ns)``, ``now()`` and ``close()``. Receive times and ``now()`` use one monotonic
+``callback(msg, receive_time_ns)``, ``subscribe_raw`` (the CDR bytes, for a recorder), ``now()`` and
+``close()``. Receive times and ``now()`` use one monotonic
 clock (a fake one in tests), so observation ages are ``now() - receive_time_ns``. Header stamps are wall
 time and are the caller's business.
 
@@ -25,7 +26,8 @@ log = logging.getLogger(__name__)
 MessageCallback = Callable[[Any, int], None]
 """``callback(msg, receive_time_ns)``."""
 RawCallback = Callable[[bytes, int], None]
-"""``callback(cdr_bytes, receive_time_ns)``: ROS 2 CDR including the 4-byte encapsulation header."""
+"""``callback(cdr_bytes, receive_time_ns)``: ROS 2 CDR including the 4-byte encapsulation header (over DDS
+possibly followed by up to 3 zero pad bytes, which rosbags and rosbag2 accept)."""
 
 
 class Reliability(enum.Enum):
