@@ -7,7 +7,15 @@
     robolearn render env=pendulum-swingup           # a random policy
     robolearn tasks verbose=true
 
-`bench`, `collect` and `deploy` arrive with their issues.
+The ROS 2 bridge (`real/`) adds:
+
+    robolearn deploy checkpoint=runs/<run>/checkpoints/final robot=rc_car transport=dds
+    robolearn fake-robot robot=rc_car transport=dds
+    robolearn record out=run.mcap topics=/odom,/imu,/ackermann_cmd
+    robolearn bag2dataset bag=run.mcap out=episodes
+    robolearn learner ...      robolearn actor ...
+
+`bench` and `collect` arrive with their issues.
 """
 
 from __future__ import annotations
@@ -85,7 +93,33 @@ def _no_more(opts: dict[str, str], cmd: str, valid: str) -> None:
         raise ConfigError(f"unknown {cmd} options {sorted(opts)}; valid: {valid}")
 
 
-COMMANDS = {"tasks": cmd_tasks, "render": cmd_render, "eval": cmd_eval, "train": cmd_train}
+# Subcommands of the ROS 2 bridge live next to their code in `real/` (imported only when used).
+REAL_COMMANDS = {
+    "deploy": "real.deploy:cmd_deploy",
+    "fake-robot": "real.fake_robot:cmd_fake_robot",
+    "record": "real.recorder:cmd_record",
+    "bag2dataset": "real.recorder:cmd_bag2dataset",
+    "actor": "real.rl.actor:cmd_actor",
+    "learner": "real.rl.learner:cmd_learner",
+}
+
+
+def _real_command(name: str):
+    def run(opts: dict[str, str]) -> int:
+        import importlib
+
+        module, func = REAL_COMMANDS[name].split(":")
+        try:
+            target = getattr(importlib.import_module(module), func)
+        except (ImportError, AttributeError) as e:
+            raise ConfigError(f"`robolearn {name}` is not available in this installation: {e}") from e
+        return int(target(opts) or 0)
+
+    return run
+
+
+COMMANDS = {"tasks": cmd_tasks, "render": cmd_render, "eval": cmd_eval, "train": cmd_train,
+            **{name: _real_command(name) for name in REAL_COMMANDS}}
 
 
 def main(argv: list[str] | None = None) -> int:
