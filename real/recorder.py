@@ -1,0 +1,374 @@
+"""Recording a robot run to rosbag2 (MCAP): the robot's topics as received plus what the policy did per tick.
+
+`Recorder` subscribes to robot topics with ``subscribe_raw`` and stores their CDR bytes unchanged; the
+control loop calls `Recorder.record_tick` once per tick with the raw policy action, the command that was
+sent, the intervention flag and the policy version (optionally reward, episode, done, safety flags and
+the policy's observation). Each tick becomes messages on the ``/rl/*`` topics below, all stamped with the
+tick time, so `real.bag2dataset` can rebuild episodes at exactly the control ticks.
+
+Nothing here blocks the caller on disk: callbacks and `record_tick` only enqueue (a full queue drops and
+counts), and one writer thread serializes, writes and flushes every ``flush_interval`` seconds. What
+survives a ``kill -9``: every message older than the last flush (at most ``flush_interval`` old) and every
+split-off file; run `real.bagfile.repair_bag` (``robolearn bag2dataset`` does it) to get a complete bag.
+On return, exception, Ctrl-C (and SIGTERM where the caller turns it into SystemExit, as
+`real.safety.zero_on_exit` does) the ``with`` block closes the bag properly.
+
+Times: the bag stores wall-clock nanoseconds. Receive and tick times come on the transport's monotonic
+clock and are shifted by one offset taken at start (``time_ns() - transport.now()``), so their order and
+spacing are exactly the transport's.
+
+CLI (dispatched by `robolearn.cli`)::
+
+    robolearn record out=run1 topics=/odom,/imu:sensor_msgs/msg/Imu@sensor_data transport=dds
+    robolearn bag2dataset bag=run1 out=episodes obs=/odom:twist.twist.linear.x,/imu action=command
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import queue
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from real import msgs
+from real.bagfile import BagWriter
+from real.transport.base import DEFAULT, QoS, Subscription, Transport, resolve_qos
+from robolearn.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+# What one control tick writes: topic -> message type. All messages of a tick share its timestamp.
+RL_TOPICS: dict[str, str] = {
+    "/rl/action_raw": "std_msgs/msg/Float32MultiArray",  # the policy's output, before the safety filter
+    "/rl/command": "std_msgs/msg/Float32MultiArray",  # the command actually sent (safe; the human's if teleop)
+    "/rl/intervention": "std_msgs/msg/Bool",  # a human chose the command
+    "/rl/policy_version": "std_msgs/msg/UInt64",  # parameters version that produced the action
+    "/rl/reward": "std_msgs/msg/Float64",  # reward of the step that ended at this tick
+    "/rl/episode": "std_msgs/msg/Int64",  # episode of this tick's observation; < 0: not in an episode
+    "/rl/done": "std_msgs/msg/UInt8",  # DONE_*: this tick's observation ends its episode
+    "/rl/safety": "std_msgs/msg/UInt32",  # SAFETY_* bits: what the safety filter did
+    "/rl/observation": "std_msgs/msg/Float32MultiArray",  # the policy's observation vector
+}
+DONE_NONE, DONE_TERMINATED, DONE_TRUNCATED = 0, 1, 2
+_DONE_NAMES = {None: DONE_NONE, "terminated": DONE_TERMINATED, "truncated": DONE_TRUNCATED}
+SAFETY_BITS = {"estop": 1, "stale": 2, "intervention": 4, "nonfinite": 8, "clamped": 16, "rate_limited": 32,
+               "accel_limited": 64}  # fmt: skip
+
+
+def safety_flags(info: Any) -> int:
+    """The ``/rl/safety`` bitmask of a `real.safety.SafetyInfo` (an int passes through)."""
+    if info is None or isinstance(info, int | np.integer):
+        return int(info or 0)
+    return sum(bit for name, bit in SAFETY_BITS.items() if getattr(info, name, False))
+
+
+def _done_code(done: int | str | None) -> int:
+    if isinstance(done, str | None):
+        if done not in _DONE_NAMES:
+            raise ValueError(f"done must be None, 'terminated', 'truncated' or 0/1/2, got {done!r}")
+        return _DONE_NAMES[done]
+    if int(done) not in (DONE_NONE, DONE_TERMINATED, DONE_TRUNCATED):
+        raise ValueError(f"done must be 0 (running), 1 (terminated) or 2 (truncated), got {done!r}")
+    return int(done)
+
+
+class Recorder:
+    """Records topics and control ticks into a new rosbag2 MCAP bag at ``path``; use as a context manager.
+
+    Args:
+        transport: where robot topics come from; its clock times the ticks too.
+        path: the bag folder to create.
+        topics: (topic, msg_type, qos) to record from the start (`add_topic` adds more later).
+        clock_offset_ns: added to transport times to get bag times (default: wall minus transport clock).
+        flush_interval: seconds between chunk flushes (what a kill -9 can lose).
+        max_bytes, max_duration, compression: file splitting and chunk compression (see `BagWriter`).
+        queue_size: messages waiting for the writer thread before new ones are dropped (and counted).
+    """
+
+    def __init__(self, transport: Transport, path: str | Path,
+                 topics: Sequence[tuple[str, str, QoS | str | None]] = (), *, clock_offset_ns: int | None = None,
+                 flush_interval: float = 1.0, max_bytes: int | None = None, max_duration: float | None = None,
+                 compression: str = "none", queue_size: int = 100_000,
+                 custom_data: dict[str, str] | None = None) -> None:  # fmt: skip
+        if flush_interval <= 0:
+            raise ValueError("flush_interval must be positive")
+        self.transport = transport
+        self.offset_ns = time.time_ns() - transport.now() if clock_offset_ns is None else int(clock_offset_ns)
+        self.flush_interval = flush_interval
+        self.bag = BagWriter(path, max_bytes, max_duration, compression, custom_data=custom_data)
+        self.path = self.bag.path
+        self.dropped = 0
+        self.error: BaseException | None = None
+        self.closed = False
+        self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
+        self._lock = threading.Lock()  # dropped counter, topic table
+        self._qos: dict[str, tuple[str, QoS]] = {t: (ty, DEFAULT) for t, ty in RL_TOPICS.items()}
+        self._ids: dict[str, int] = {}  # writer thread only
+        self._subscriptions: list[Subscription] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="recorder", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+        try:
+            for topic, msg_type, qos in topics:
+                self.add_topic(topic, msg_type, qos)
+        except BaseException:
+            self.close()
+            raise
+
+    # --- inputs (any thread, never blocking) ---------------------------------------------------------------
+
+    def add_topic(self, topic: str, msg_type: str | type, qos: QoS | str | None = None) -> None:
+        """Record ``topic`` as received (raw CDR). ``qos`` is the subscription's and the offered profile noted."""
+        name, qos = msgs.type_name(msg_type), resolve_qos(qos)
+        if topic in RL_TOPICS:
+            raise ValueError(f"{topic} is written by record_tick; record robot topics under other names")
+        with self._lock:
+            self._qos[topic] = (name, qos)
+        self._subscriptions.append(
+            self.transport.subscribe_raw(topic, name, lambda data, t, _topic=topic: self._put((_topic, t, data)), qos)
+        )
+
+    def write(self, topic: str, t_ns: int, data: bytes | Any, msg_type: str | None = None,
+              qos: QoS | str | None = None) -> None:  # fmt: skip
+        """Record one message (CDR bytes, or a rosbags message) at transport time ``t_ns``."""
+        if msg_type is not None or topic not in self._qos:
+            if msg_type is None:
+                raise ValueError(f"first write to {topic} needs its msg_type")
+            with self._lock:
+                self._qos.setdefault(topic, (msgs.type_name(msg_type), resolve_qos(qos)))
+        self._put((topic, t_ns, data))
+
+    def record_tick(self, t_ns: int, raw_action: ArrayLike, command: ArrayLike, intervention: bool,
+                    policy_version: int, reward: float | None = None, episode: int | None = None,
+                    done: int | str | None = None, safety: Any = None, observation: ArrayLike | None = None) -> None:
+        """Record one control tick at transport time ``t_ns`` (what the loop computed and sent).
+
+        ``reward`` is the reward of the step that ended at this tick; ``episode`` the episode this tick's
+        observation belongs to (< 0: none, e.g. during a reset); ``done`` "terminated"/"truncated" when this
+        tick's observation is the last of its episode; ``safety`` a `SafetyInfo` or its bitmask.
+        """
+        tick = (
+            np.array(raw_action, dtype=np.float32), np.array(command, dtype=np.float32), bool(intervention),
+            int(policy_version), None if reward is None else float(reward),
+            None if episode is None else int(episode), _done_code(done),
+            None if safety is None else safety_flags(safety),
+            None if observation is None else np.array(observation, dtype=np.float32),
+        )  # fmt: skip
+        self._put((None, int(t_ns), tick))
+
+    def _put(self, item: tuple) -> None:
+        if self.closed:
+            return
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            with self._lock:
+                self.dropped += 1
+                if self.dropped == 1 or self.dropped % 1000 == 0:
+                    log.warning("recorder queue full: %d messages dropped so far", self.dropped)
+
+    # --- the writer thread ---------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        last_flush = time.monotonic()
+        while not (self._stop.is_set() and self._queue.empty()):
+            try:
+                item = self._queue.get(timeout=min(0.05, self.flush_interval))
+            except queue.Empty:
+                item = None
+            try:
+                if item is not None and self.error is None:
+                    self._write(*item)
+                if self.error is None and time.monotonic() - last_flush >= self.flush_interval:
+                    self.bag.flush()
+                    last_flush = time.monotonic()
+            except Exception as e:  # e.g. disk full: stop writing, keep the control loop running
+                self.error = e
+                log.exception("recording to %s failed; no more messages are written", self.path)
+
+    def _write(self, topic: str | None, t_ns: int, data: Any) -> None:
+        if topic is None:
+            for rl_topic, msg in self._tick_messages(data):
+                self._write(rl_topic, t_ns, msg)
+            return
+        topic_id = self._ids.get(topic)
+        if topic_id is None:
+            with self._lock:
+                msg_type, qos = self._qos[topic]
+            topic_id = self._ids[topic] = self.bag.add_topic(topic, msg_type, qos)
+        if not isinstance(data, bytes | bytearray | memoryview):
+            data = msgs.serialize(data, self.bag.topics[topic_id].msg_type)
+        self.bag.write(topic_id, t_ns + self.offset_ns, bytes(data))
+
+    @staticmethod
+    def _tick_messages(tick: tuple) -> list[tuple[str, Any]]:
+        raw, command, intervention, version, reward, episode, done, safety, observation = tick
+        cls = msgs.msg_class
+        out = [
+            ("/rl/action_raw", msgs.float32_multiarray_from_array(raw)),
+            ("/rl/command", msgs.float32_multiarray_from_array(command)),
+            ("/rl/intervention", msgs.bool_msg(intervention)),
+            ("/rl/policy_version", cls("std_msgs/msg/UInt64")(data=version)),
+            ("/rl/done", cls("std_msgs/msg/UInt8")(data=done)),
+        ]
+        if reward is not None:
+            out.append(("/rl/reward", cls("std_msgs/msg/Float64")(data=reward)))
+        if episode is not None:
+            out.append(("/rl/episode", cls("std_msgs/msg/Int64")(data=episode)))
+        if safety is not None:
+            out.append(("/rl/safety", cls("std_msgs/msg/UInt32")(data=safety)))
+        if observation is not None:
+            out.append(("/rl/observation", msgs.float32_multiarray_from_array(observation)))
+        return out
+
+    # --- closing -------------------------------------------------------------------------------------------
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the subscriptions, write what is queued, finish the bag. Idempotent."""
+        if self.closed:
+            return
+        for sub in self._subscriptions:
+            sub.close()
+        self._stop.set()
+        self._thread.join(timeout)
+        self.closed = True
+        atexit.unregister(self.close)
+        if self._thread.is_alive():
+            log.error("recorder thread did not finish within %.1f s; %s may miss its last messages", timeout, self.path)
+        try:
+            self.bag.close()
+        finally:
+            if self.dropped:
+                log.warning("recording %s dropped %d messages (queue full)", self.path, self.dropped)
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def message_count(self) -> int:
+        """Messages written so far (the queue may hold more)."""
+        return self.bag.message_count
+
+
+# --- topics on the command line ---------------------------------------------------------------------------
+
+
+def parse_topics(text: str) -> list[tuple[str, str | None, str | None]]:
+    """``/odom,/imu:sensor_msgs/msg/Imu@sensor_data`` -> [(topic, type or None, qos profile or None)]."""
+    out = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        item, _, qos = item.partition("@")
+        topic, _, msg_type = item.partition(":")
+        if qos and qos.lower() not in ("default", "sensor_data", "system_default", "latched"):
+            raise ConfigError(f"unknown QoS profile {qos!r} for {topic}; use default, sensor_data, system_default or "
+                              "latched")
+        out.append((topic, msg_type or None, qos or None))
+    if not out:
+        raise ConfigError("record needs topics=/a,/b:<pkg/msg/Type>[@qos],...")
+    return out
+
+
+def discover_topics(transport: Transport, topics: Sequence[str], timeout: float = 3.0) -> dict[str, tuple[str, QoS]]:
+    """Types and a matching QoS of ``topics`` from the publishers on the DDS graph (bare-DDS transport only).
+
+    Like rosbag2, the subscription is best-effort if any publisher is, and transient-local only if all are.
+    """
+    from real.transport.dds import DdsTransport
+
+    if not isinstance(transport, DdsTransport):
+        raise ConfigError("topic types can only be discovered over transport=dds; give them as /topic:pkg/msg/Type")
+    from cyclonedds.builtin import BuiltinDataReader, BuiltinTopicDcpsPublication
+    from cyclonedds.core import Policy
+
+    from real.transport.base import Durability, Reliability
+
+    reader = BuiltinDataReader(transport.participant, BuiltinTopicDcpsPublication)
+    wanted = {"rt" + t: t for t in topics}
+    found: dict[str, list[Any]] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and set(found) != set(wanted.values()):
+            for sample in reader.take(N=256):
+                if getattr(sample, "topic_name", None) in wanted:
+                    found.setdefault(wanted[sample.topic_name], []).append(sample)
+            time.sleep(0.05)
+    finally:
+        reader.__del__()
+    missing = sorted(set(wanted.values()) - set(found))
+    if missing:
+        raise ConfigError(f"no publisher of {missing} found within {timeout:.0f} s; give their types as "
+                          "/topic:pkg/msg/Type or check ROS_DOMAIN_ID")
+    out = {}
+    for topic, samples in found.items():
+        pkg, kind, _, name = samples[0].type_name.split("::")
+        reliable = all(s.qos[Policy.Reliability].__class__ is Policy.Reliability.Reliable for s in samples)
+        latched = all(s.qos[Policy.Durability] == Policy.Durability.TransientLocal for s in samples)
+        out[topic] = (f"{pkg}/{kind}/{name.rstrip('_')}", QoS(
+            10, Reliability.RELIABLE if reliable else Reliability.BEST_EFFORT,
+            Durability.TRANSIENT_LOCAL if latched else Durability.VOLATILE,
+        ))  # fmt: skip
+    return out
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def cmd_record(opts: dict[str, str]) -> int:
+    """``robolearn record out=<bag> topics=/a,/b:pkg/msg/T[@qos] [transport=auto|dds|rclpy] [duration=s]
+    [max_bytes=N] [max_duration=s] [compression=none|lz4|zstd] [flush=s]``: record until Ctrl-C or duration."""
+    from real.transport import make_transport
+
+    opts = dict(opts)
+    try:
+        out, topics = opts.pop("out"), parse_topics(opts.pop("topics", ""))
+        kind = opts.pop("transport", "auto")
+        duration = float(opts.pop("duration", "0")) or None
+        max_bytes = int(float(opts.pop("max_bytes", "0"))) or None
+        max_duration = float(opts.pop("max_duration", "0")) or None
+        compression, flush = opts.pop("compression", "none"), float(opts.pop("flush", "1.0"))
+    except KeyError as e:
+        raise ConfigError("record needs out=<bag folder> and topics=/a,/b,...") from e
+    except ValueError as e:
+        raise ConfigError(f"bad record option: {e}") from e
+    if opts:
+        raise ConfigError(f"unknown record options {sorted(opts)}; valid: out, topics, transport, duration, "
+                          "max_bytes, max_duration, compression, flush")
+    if Path(out).exists():
+        raise ConfigError(f"out={out} exists already; recordings never overwrite")
+    stop = _stop_on_signals()
+    with make_transport(kind) as transport:
+        unknown = [t for t, ty, _ in topics if ty is None]
+        found = discover_topics(transport, unknown) if unknown else {}
+        specs = [(t, ty or found[t][0], q or (found[t][1] if t in found else None)) for t, ty, q in topics]
+        with Recorder(transport, out, specs, flush_interval=flush, max_bytes=max_bytes, max_duration=max_duration,
+                      compression=compression) as recorder:  # fmt: skip
+            print(f"recording {', '.join(t for t, _, _ in specs)} to {out} (Ctrl-C stops)")
+            end = None if duration is None else time.monotonic() + duration
+            while not stop.wait(0.2) and (end is None or time.monotonic() < end):
+                pass
+    print(f"wrote {recorder.message_count} messages to {out}" + (f" ({recorder.dropped} dropped)"
+                                                                    if recorder.dropped else ""))  # fmt: skip
+    return 0
+
+
+def cmd_bag2dataset(opts: dict[str, str]) -> int:
+    """``robolearn bag2dataset bag=<bag> out=<folder> [obs=/topic[:field],...] [max_age=s] [repair=true]``."""
+    from real.bag2dataset import cmd_bag2dataset as run
+
+    return run(opts)
