@@ -53,9 +53,9 @@ def test_parameters_resampled_at_every_reset_and_fixed_within_episodes():
     assert not torch.isclose(_masses(env), first).any()
 
 
-@pytest.mark.parametrize("backend", ["mujoco", "mjx"])
-def test_randomized_physics_changes_the_dynamics(backend):
-    """Same initial state and actions, different masses: different trajectories (the model really changed)."""
+def test_randomized_physics_changes_the_dynamics(backend="mujoco"):
+    """Same initial state and actions, different masses: different trajectories (the model really changed).
+    On the C backend only: MJX follows it under randomization (`test_backends_agree_under_randomization`)."""
     plain = sim.make("pendulum-swingup", num_envs=4, backend=backend, seed=0, episode_length=5)
     rand = _env(backend)
     torch.testing.assert_close(plain.get_observations()["policy"], rand.get_observations()["policy"])

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -139,15 +140,23 @@ def scripted_policy(task: str) -> Policy | None:
     return getattr(importlib.import_module(module), attr)
 
 
-def measure_returns(task: str, policy: Policy | None = None, num_envs: int = 64, seed: int = 0) -> float:
+def measure_returns(task: str, policy: Policy | None = None, num_envs: int = 64, seed: int = 0,
+                    env: Any = None) -> float:
     """Mean undiscounted return of each env's first episode of `task` (`num_envs` envs).
 
     `policy` maps the batched `"policy"` observation to actions in [-1, 1]; None means uniform random
     actions from a `torch.Generator` seeded with `seed` (the envs are seeded with `seed` too).
+    An existing VecEnv of `task` may be passed as `env` (it is re-seeded, not closed): measuring
+    several policies on one env pays its compile once.
     """
     import sim
 
-    env = sim.make(task, num_envs=num_envs, seed=seed)
+    own = env is None
+    if own:
+        env = sim.make(task, num_envs=num_envs, seed=seed)
+    else:
+        env.reset(seed=seed)
+        num_envs = env.num_envs
     try:
         gen = torch.Generator(device=env.device).manual_seed(seed)
         obs = env.get_observations()["policy"]
@@ -163,9 +172,12 @@ def measure_returns(task: str, policy: Policy | None = None, num_envs: int = 64,
             obs = obs_td["policy"]
             total += rewards.to(torch.float64) * running
             running &= ~dones.bool()
+            if not running.any():  # every first episode has ended (early terminations)
+                break
         return float(total.mean())
     finally:
-        env.close()
+        if own:
+            env.close()
 
 
 # --- quadrotor -----------------------------------------------------------------------------------
