@@ -1,0 +1,133 @@
+"""`robolearn deploy`: a robolearn checkpoint on a robot (or the fake robot) through `PolicyRunner`.
+
+    robolearn deploy checkpoint=runs/<run>/checkpoints/final robot=rc_car transport=dds
+    robolearn deploy policy=sim.tasks.rc_car_control:demo_lap_policy robot=rc_car rate_hz=20 duration=60
+    robolearn deploy checkpoint=... robot=arm inputs.joints.topic=/my_arm/joint_states
+
+``robot`` picks configs/deploy/<robot>.yaml; every other key=value is a Hydra override of it (see
+configs/deploy.yaml for the keys). ``policy=module:function`` runs a scripted controller mapping the observation
+batch ``[N, D]`` to actions (e.g. the RC car's demo-lap pure pursuit) instead of a checkpoint.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from real.runner import PolicyRunner, RunnerConfig
+from robolearn.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: Keys of configs/deploy.yaml that concern the process, not the runner.
+PROCESS_KEYS = ("checkpoint", "policy", "transport", "domain_id", "duration", "torch_threads")
+
+
+class FunctionPolicy(torch.nn.Module):
+    """A scripted controller ``fn(obs[N, D]) -> actions[N, A]`` called like a robolearn policy (``{"policy": obs}``)."""
+
+    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], name: str = "") -> None:
+        super().__init__()
+        self.fn, self.name = fn, name or getattr(fn, "__name__", "function")
+
+    def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return self.fn(obs["policy"])
+
+
+def robots() -> list[str]:
+    """The robots with a deploy config (configs/deploy/<robot>.yaml)."""
+    from robolearn.train import config_dir
+
+    return sorted(p.stem for p in (config_dir() / "deploy").glob("*.yaml"))
+
+
+def compose_deploy(robot: str = "rc_car", overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """The resolved deploy config of ``robot`` with Hydra ``key=value`` overrides."""
+    from robolearn.train import compose
+
+    if robot not in robots():
+        raise ConfigError(f"no deploy config for robot {robot!r}; available: {robots()}")
+    return compose([f"deploy={robot}", *overrides], name="deploy")
+
+
+def load_deploy_policy(checkpoint: str | Path | None = None, policy: str | None = None,
+                       device: str = "cpu") -> tuple[torch.nn.Module, dict[str, Any]]:
+    """The policy module and its run config: a checkpoint folder, or a ``module:function`` controller."""
+    if (checkpoint is None) == (policy is None):
+        raise ConfigError("deploy needs exactly one of checkpoint=<run>/checkpoints/final or policy=module:function")
+    if checkpoint is not None:
+        from robolearn.train import load_policy
+
+        module, run_config = load_policy(checkpoint)
+        return module.to(device), dict(run_config)
+    path, _, attr = str(policy).partition(":")
+    try:
+        fn = getattr(importlib.import_module(path), attr)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(f"policy={policy!r}: cannot import it ({e}); use module.path:function") from e
+    return FunctionPolicy(fn, str(policy)), {}
+
+
+def check_rate(rate_hz: float, run_config: Mapping[str, Any]) -> None:
+    """Warn when the deploy rate differs from the control rate the checkpoint was trained at."""
+    env = run_config.get("env") or {}
+    if not env.get("name"):
+        return
+    from sim.tasks import get_task_class
+
+    try:
+        overrides = env.get("overrides") or {}
+        ctrl_dt = float(overrides.get("ctrl_dt") or get_task_class(env["name"]).config_class().ctrl_dt)
+    except Exception:  # an unknown task: nothing to compare with
+        return
+    if abs(rate_hz * ctrl_dt - 1.0) > 0.01:
+        log.warning("deploying at %.1f Hz a policy trained at %.1f Hz (%s ctrl_dt %.3f s): its observations "
+                    "(accelerations averaged over a period, previous action) and dynamics differ; set rate_hz=%.0f "
+                    "to match", rate_hz, 1 / ctrl_dt, env["name"], ctrl_dt, 1 / ctrl_dt)
+
+
+def build_runner(cfg: Mapping[str, Any], transport: Any, policy: torch.nn.Module | None = None,
+                 run_config: Mapping[str, Any] | None = None) -> PolicyRunner:
+    """A `PolicyRunner` from a composed deploy config; loads the policy from it unless one is given."""
+    runner_cfg = RunnerConfig.from_dict({k: v for k, v in cfg.items() if k not in PROCESS_KEYS})
+    if policy is None:
+        policy, run_config = load_deploy_policy(cfg.get("checkpoint"), cfg.get("policy"), runner_cfg.device)
+    run_config = dict(run_config or {})
+    check_rate(runner_cfg.rate_hz, run_config)
+    return PolicyRunner(runner_cfg, policy, transport, run_config=run_config)
+
+
+def cmd_deploy(opts: dict[str, str]) -> int:
+    """`robolearn deploy robot=<robot> checkpoint=<dir> | policy=<module:function> [transport=auto|dds|rclpy]
+    [domain_id=N] [duration=seconds] [hydra overrides of configs/deploy/<robot>.yaml]`."""
+    from real.transport import make_transport
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    opts = dict(opts)
+    robot = opts.pop("robot", "rc_car")
+    process = {k: opts.pop(k) for k in PROCESS_KEYS if k in opts}  # paths stay out of Hydra's override grammar
+    cfg = compose_deploy(robot, [f"{k}={v}" for k, v in opts.items()])
+    cfg.update(process)
+    torch.set_num_threads(int(cfg.get("torch_threads") or 1))
+    duration = None if cfg.get("duration") in (None, "", "null") else float(cfg["duration"])
+    domain_id = None if cfg.get("domain_id") in (None, "", "null") else int(cfg["domain_id"])
+    try:
+        transport = make_transport(str(cfg.get("transport") or "auto"), domain_id)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    with transport:
+        runner = build_runner(cfg, transport)
+        log.info("deploying on %s: %d Hz, command %s on %s", robot, runner.config.rate_hz,
+                 runner.adapter.command_type, runner.publisher.topic)
+        try:
+            runner.run(duration=duration)
+        except KeyboardInterrupt:
+            log.info("interrupted; stop commands sent")
+        finally:
+            runner.close()
+    return 0
