@@ -1,0 +1,404 @@
+"""The actor/learner link over gRPC: transitions actor -> learner, versioned parameters learner -> actor.
+
+Modelled on LeRobot's HIL-SERL ``LearnerService`` (client-streamed transitions, server-streamed parameters,
+2 MiB frames under a 4 MiB message cap) with what it leaves out: payloads are safetensors (`real.rl.codec`,
+never pickle), every call carries a shared-secret token checked in constant time (UNAUTHENTICATED
+otherwise), and the actor side never blocks its caller.
+
+Wire format. Two methods of the service ``robolearn.real.Learner``, registered as generic handlers whose
+messages are raw bytes (no protobuf, so no generated code and no protobuf runtime version to match):
+
+- ``SendTransitions``: client stream of frames of one "transitions" payload -> JSON ``{"received": n}``.
+- ``StreamParameters``: empty request -> server stream of frames of "parameters" payloads; the learner sends
+  its newest parameters on connect and then each newer version (a slow actor skips versions, newest only).
+
+`ActorClient` keeps transitions in a bounded queue (oldest dropped and counted when full) that a background
+thread ships in batches; a second thread holds the parameter stream. Both reconnect with exponential
+backoff, so the learner can be killed and restarted while the actor keeps controlling the robot.
+Parameters carry ``(session, version)``: a restarted learner is a new session and is taken at once.
+
+The token protects against stray or misconfigured peers, not eavesdroppers: traffic is not encrypted, so
+run the learner on a trusted network or behind an SSH tunnel / VPN.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hmac
+import itertools
+import json
+import logging
+import queue
+import random
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from concurrent import futures
+from typing import Any
+
+import grpc
+import numpy as np
+import torch
+
+from real.rl.codec import (
+    MAX_MESSAGE,
+    TRANSITION_FIELDS,
+    PayloadError,
+    Reassembler,
+    check_transitions,
+    decode,
+    encode,
+    frames,
+)
+
+log = logging.getLogger(__name__)
+
+SERVICE = "robolearn.real.Learner"
+TOKEN_HEADER = "x-robolearn-token"
+_LIMITS = [("grpc.max_send_message_length", MAX_MESSAGE + 4096),
+           ("grpc.max_receive_message_length", MAX_MESSAGE + 4096)]  # fmt: skip
+SERVER_OPTIONS = _LIMITS + [
+    ("grpc.so_reuseport", 0),  # a port already in use is an error, not shared
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+]
+CLIENT_OPTIONS = _LIMITS + [
+    ("grpc.keepalive_time_ms", 10_000),  # notice a dead learner host (no RST) within ~15 s
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+]
+
+
+def _check_token(token: str) -> str:
+    if not isinstance(token, str) or not token:
+        raise ValueError("the actor/learner link needs a non-empty shared-secret token")
+    return token
+
+
+@dataclasses.dataclass
+class TransitionBatch:
+    """Transitions received from one actor call: tensors as `codec.TRANSITION_FIELDS`, B rows."""
+
+    tensors: dict[str, np.ndarray]
+    meta: dict[str, Any]
+    size: int
+    peer: str
+
+
+class LearnerServer:
+    """The learner's end: collects transition batches, serves the newest parameters.
+
+    Args:
+        token: the shared secret actors must present.
+        port: TCP port (0: any free one; see `port` after `start`).
+        host: interface to listen on ("127.0.0.1" local only, "0.0.0.0" every interface).
+        max_pending: received batches waiting for `get_batches` before senders are told to retry later.
+    """
+
+    def __init__(self, token: str, port: int = 0, host: str = "127.0.0.1", max_pending: int = 256,
+                 max_workers: int = 8) -> None:  # fmt: skip
+        self.token = _check_token(token)
+        self.host, self.port = host, port
+        self.session = uuid.uuid4().hex[:12]
+        self.version = 0  # of the newest published parameters (a restored learner sets it before publishing)
+        self.stats = {"batches": 0, "transitions": 0, "rejected": 0, "invalid": 0, "busy": 0}
+        self.actors: dict[str, dict[str, Any]] = {}  # actor id -> its latest batch metadata
+        self._pending: queue.Queue[TransitionBatch] = queue.Queue(maxsize=max_pending)
+        self._cond = threading.Condition()
+        self._params: tuple[tuple[str, int], bytes] | None = None  # ((session, version), payload)
+        self._stopping = False
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers, thread_name_prefix="learner-rpc"),
+                                   options=SERVER_OPTIONS)  # fmt: skip
+        self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, {
+            "SendTransitions": grpc.stream_unary_rpc_method_handler(self._send_transitions),
+            "StreamParameters": grpc.unary_stream_rpc_method_handler(self._stream_parameters),
+        })])  # fmt: skip
+
+    @property
+    def address(self) -> str:
+        return f"{'127.0.0.1' if self.host in ('0.0.0.0', '::', '[::]') else self.host}:{self.port}"
+
+    def start(self) -> LearnerServer:
+        """Listen and serve; raises OSError when the port cannot be bound."""
+        try:
+            port = self._server.add_insecure_port(f"{self.host}:{self.port}")
+        except RuntimeError as e:
+            raise OSError(f"cannot listen on {self.host}:{self.port}: {e}") from None
+        if port == 0:
+            raise OSError(f"cannot listen on {self.host}:{self.port} (in use?)")
+        self.port = port
+        self._server.start()
+        log.info("learner listening on %s:%d (session %s)", self.host, port, self.session)
+        return self
+
+    def stop(self, grace: float | None = 0.5) -> None:
+        """Stop serving (open parameter streams end; actors reconnect to whoever listens next)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._server.stop(grace).wait(5.0)
+
+    def __enter__(self) -> LearnerServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- for the learner loop ----------------------------------------------------------------------------
+
+    def get_batches(self, timeout: float | None = None, max_batches: int = 1_000_000) -> list[TransitionBatch]:
+        """Received batches, oldest first; waits up to ``timeout`` s for the first (None: no wait)."""
+        out = []
+        try:
+            out.append(self._pending.get(timeout=timeout) if timeout else self._pending.get_nowait())
+            while len(out) < max_batches:
+                out.append(self._pending.get_nowait())
+        except queue.Empty:
+            pass
+        return out
+
+    def publish_parameters(self, tensors: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> int:
+        """Make ``tensors`` (e.g. the actor's state_dict) the newest parameters; returns their version."""
+        with self._cond:
+            self.version += 1
+            key = (self.session, self.version)
+            payload = encode("parameters", tensors, {**(meta or {}), "session": key[0], "version": key[1]})
+            self._params = (key, payload)
+            self._cond.notify_all()
+        return key[1]
+
+    # --- RPC handlers (server threads) -------------------------------------------------------------------
+
+    def _authorize(self, context: grpc.ServicerContext) -> None:
+        given = dict(context.invocation_metadata()).get(TOKEN_HEADER, "")
+        if not hmac.compare_digest(str(given).encode(), self.token.encode()):
+            self.stats["rejected"] += 1
+            log.warning("rejected a call from %s: bad or missing token", context.peer())
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad or missing actor/learner token")
+
+    def _send_transitions(self, request_iterator: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
+        self._authorize(context)
+        reassembler, received = Reassembler(), 0
+        try:
+            for frame in request_iterator:
+                payload = reassembler.feed(frame)
+                if payload is None:
+                    continue
+                meta, tensors = decode(payload, "transitions")
+                size = check_transitions(tensors)
+                try:
+                    self._pending.put(TransitionBatch(tensors, meta, size, context.peer()), timeout=2.0)
+                except queue.Full:
+                    self.stats["busy"] += 1
+                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "learner is behind; send again later")
+                received += size
+                self.stats["batches"] += 1
+                self.stats["transitions"] += size
+                self.actors[str(meta.get("actor_id", context.peer()))] = {**meta, "received_at": time.time()}
+        except PayloadError as e:
+            self.stats["invalid"] += 1
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        return json.dumps({"received": received, "session": self.session}).encode()
+
+    def _stream_parameters(self, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        self._authorize(context)
+        sent: tuple[str, int] | None = None
+        while True:
+            with self._cond:
+                while not self._stopping and context.is_active() and (self._params is None or self._params[0] == sent):
+                    self._cond.wait(0.25)
+                if self._stopping or not context.is_active():
+                    return
+                sent, payload = self._params
+            yield from frames(payload, transfer_id=sent[1])
+
+
+class _Backoff:
+    """Exponential backoff with jitter: initial, 2x, 4x, ... up to maximum seconds."""
+
+    def __init__(self, initial: float, maximum: float) -> None:
+        self.initial, self.maximum, self.delay = initial, maximum, initial
+
+    def next(self) -> float:
+        delay, self.delay = self.delay, min(self.delay * 2, self.maximum)
+        return delay * random.uniform(0.8, 1.2)
+
+    def reset(self) -> None:
+        self.delay = self.initial
+
+
+class ActorClient:
+    """The actor's end: `send_transitions` and `latest_parameters` never block; threads do the network.
+
+    Args:
+        address: the learner's ``host:port``.
+        token: the shared secret.
+        max_queued: transitions kept while the learner is unreachable; beyond, the oldest are dropped.
+        max_batch: transitions per call at most.
+        backoff: (first, longest) wait in seconds between reconnection attempts.
+    """
+
+    def __init__(self, address: str, token: str, max_queued: int = 20_000, max_batch: int = 1024,
+                 actor_id: str | None = None, backoff: tuple[float, float] = (0.1, 5.0),
+                 call_timeout: float = 10.0) -> None:  # fmt: skip
+        self.address, self.token = address, _check_token(token)
+        self.max_queued, self.max_batch, self.call_timeout = max_queued, max_batch, call_timeout
+        self.actor_id = actor_id or uuid.uuid4().hex[:8]
+        self.backoff = backoff
+        self.stats = {"queued": 0, "sent": 0, "dropped": 0, "calls": 0, "failures": 0, "parameters": 0}
+        self.last_error: str | None = None
+        self.latest_meta: dict[str, Any] | None = None  # meta of the parameters last returned
+        self._metadata = ((TOKEN_HEADER, token),)
+        self._queue: collections.deque[tuple[int, dict[str, np.ndarray]]] = collections.deque()
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._seq = itertools.count(1)
+        self._inflight = 0  # transitions in the call being made
+        self._newest: tuple[tuple[str, int], dict[str, Any], dict[str, Any]] | None = None
+        self._taken: tuple[str, int] | None = None
+        self._param_call: Any = None
+        self._channel = grpc.insecure_channel(address, options=CLIENT_OPTIONS)
+        self._send = self._channel.stream_unary(f"/{SERVICE}/SendTransitions")
+        self._stream = self._channel.unary_stream(f"/{SERVICE}/StreamParameters")
+        self._threads = [threading.Thread(target=self._send_loop, name="actor-send", daemon=True),
+                         threading.Thread(target=self._param_loop, name="actor-params", daemon=True)]  # fmt: skip
+        for thread in self._threads:
+            thread.start()
+
+    # --- the control loop's side (never blocks on the network) -------------------------------------------
+
+    def send_transitions(self, batch: Mapping[str, Any]) -> None:
+        """Queue a batch (fields of `codec.TRANSITION_FIELDS`, leading dim B) for the learner."""
+        tensors = {k: np.array(batch[k], dtype=dtype) for k, (dtype, _) in TRANSITION_FIELDS.items() if k in batch}
+        size = check_transitions(tensors)
+        with self._cond:
+            self._queue.append((size, tensors))
+            self.stats["queued"] += size
+            self._trim()
+            self._cond.notify()
+
+    def _trim(self) -> None:
+        while self.stats["queued"] > self.max_queued and self._queue:
+            size, _ = self._queue.popleft()
+            self.stats["queued"] -= size
+            self.stats["dropped"] += size
+
+    def latest_parameters(self) -> tuple[int, dict[str, Any]] | None:
+        """``(version, state_dict of torch tensors)`` if newer parameters arrived since the last call, else None."""
+        with self._cond:
+            if self._newest is None or self._newest[0] == self._taken:
+                return None
+            self._taken, state, self.latest_meta = self._newest
+            return self._taken[1], state
+
+    # --- background threads ------------------------------------------------------------------------------
+
+    def _send_loop(self) -> None:
+        backoff = _Backoff(*self.backoff)
+        while not self._stop.is_set():
+            with self._cond:
+                if not self._queue:
+                    self._cond.wait(0.25)
+                    continue
+                inflight, count = [], 0
+                while self._queue and (not inflight or count + self._queue[0][0] <= self.max_batch):
+                    size, tensors = self._queue.popleft()
+                    inflight.append((size, tensors))
+                    count += size
+                self.stats["queued"] -= count
+                self._inflight = count
+            tensors = {k: np.concatenate([t[k] for _, t in inflight]) for k in inflight[0][1]}
+            seq = next(self._seq)
+            meta = {"actor_id": self.actor_id, "seq": seq, "dropped": self.stats["dropped"], "sent_ns": time.time_ns()}
+            try:
+                self._send(frames(encode("transitions", tensors, meta), seq), timeout=self.call_timeout,
+                           metadata=self._metadata)  # fmt: skip
+                self.stats["sent"] += count
+                self.stats["calls"] += 1
+                self._inflight = 0
+                backoff.reset()
+            except grpc.RpcError as e:
+                self._failed(e)
+                with self._cond:  # back to the front, in order; the bound still holds
+                    self._queue.extendleft(reversed(inflight))
+                    self.stats["queued"] += count
+                    self._inflight = 0
+                    self._trim()
+                self._stop.wait(backoff.next() if e.code() != grpc.StatusCode.UNAUTHENTICATED else self.backoff[1])
+
+    def _param_loop(self) -> None:
+        backoff = _Backoff(*self.backoff)
+        while not self._stop.is_set():
+            try:
+                call = self._param_call = self._stream(b"", metadata=self._metadata)
+                reassembler = Reassembler()
+                for frame in call:
+                    payload = reassembler.feed(frame)
+                    if payload is not None:
+                        self._take(payload)
+                        self.last_error = None
+                        backoff.reset()
+                self._param_call = None  # the learner ended the stream (stopping): reconnect
+            except grpc.RpcError as e:
+                self._param_call = None
+                if self._stop.is_set():
+                    return
+                self._failed(e)
+                self._stop.wait(backoff.next() if e.code() != grpc.StatusCode.UNAUTHENTICATED else self.backoff[1])
+            except PayloadError as e:
+                self._param_call = None
+                self.last_error = f"bad parameters from the learner: {e}"
+                log.error(self.last_error)
+                self._stop.wait(backoff.next())
+
+    def _take(self, payload: bytes) -> None:
+        meta, tensors = decode(payload, "parameters")
+        key = (str(meta.get("session")), int(meta.get("version", 0)))
+        state = {k: torch.from_numpy(np.array(v)) for k, v in tensors.items()}
+        with self._cond:
+            self._newest = (key, state, meta)
+            self.stats["parameters"] += 1
+
+    def _failed(self, error: grpc.RpcError) -> None:
+        self.stats["failures"] += 1
+        message = f"{error.code().name}: {error.details()}"
+        if message != self.last_error:
+            (log.error if error.code() == grpc.StatusCode.UNAUTHENTICATED else log.info)("learner link: %s", message)
+        self.last_error = message
+
+    # --- closing -----------------------------------------------------------------------------------------
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait up to ``timeout`` s for the queue to empty; whether it did."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._cond:
+                if not self._queue and not self._inflight:
+                    return True
+            time.sleep(0.01)
+        return False
+
+    def close(self, flush_timeout: float = 0.0) -> None:
+        """Stop the threads (after trying to send what is queued for ``flush_timeout`` s) and the channel."""
+        if flush_timeout > 0:
+            self.flush(flush_timeout)
+        self._stop.set()
+        call = self._param_call
+        if call is not None:
+            call.cancel()
+        with self._cond:
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join(5.0)
+        self._channel.close()
+
+    def __enter__(self) -> ActorClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,364 @@
+"""real.rl: payload codec, the gRPC actor/learner link, the SAC learner, the actor's transitions.
+
+Servers listen on 127.0.0.1 on free ports; every wait is bounded. The kill test runs `robolearn learner` as a
+subprocess, kills it with SIGKILL and restarts it on the same port while an actor loop keeps its rate.
+"""
+
+import dataclasses
+import json
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from real.rl.actor import Actor, SampledPolicy
+from real.rl.codec import CHUNK, PayloadError, Reassembler, check_transitions, decode, encode, frames
+from real.rl.learner import Learner, cmd_learner, sac_config
+from real.rl.link import ActorClient, LearnerServer
+from robolearn.algos.sac import SACConfig
+from robolearn.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wait_until(condition, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def batch(n: int, start: float = 0.0, obs_dim: int = 3, num_actions: int = 2) -> dict[str, np.ndarray]:
+    """n transitions whose obs[:, 0] counts start, start+1, ..."""
+    obs = np.zeros((n, obs_dim), np.float32)
+    obs[:, 0] = start + np.arange(n)
+    return {"obs": obs, "next_obs": obs + 1, "actions": np.full((n, num_actions), 0.5, np.float32),
+            "rewards": np.ones(n, np.float32), "terminated": np.zeros(n, bool), "truncated": np.zeros(n, bool),
+            "interventions": np.zeros(n, bool), "policy_versions": np.zeros(n, np.int64)}  # fmt: skip
+
+
+@pytest.fixture
+def server():
+    made = []
+
+    def make(token="s3cret", port=0, **kwargs):
+        made.append(LearnerServer(token, port, **kwargs).start())
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.stop(0)
+
+
+@pytest.fixture
+def client():
+    made = []
+
+    def make(address, token="s3cret", **kwargs):
+        made.append(ActorClient(address, token, backoff=(0.05, 0.3), **kwargs))
+        return made[-1]
+
+    yield make
+    for c in made:
+        c.close()
+
+
+# --- codec -----------------------------------------------------------------------------------------------
+
+
+def test_codec_round_trip_and_framing():
+    tensors = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "b": np.array([True, False]),
+               "big": np.random.default_rng(0).standard_normal(700_000).astype(np.float32)}  # fmt: skip
+    payload = encode("parameters", tensors, {"version": 3, "policy": {"obs_dim": 2}})
+    meta, back = decode(payload, "parameters")
+    assert meta == {"kind": "parameters", "version": 3, "policy": {"obs_dim": 2}}
+    assert np.array_equal(back["w"], tensors["w"].numpy()) and back["b"].dtype == bool
+    assert np.array_equal(back["big"], tensors["big"])
+    pieces = list(frames(payload, transfer_id=9))
+    assert len(pieces) == 2 and all(len(p) <= CHUNK + 28 for p in pieces)
+    reassembler = Reassembler()
+    assert reassembler.feed(pieces[0]) is None and reassembler.feed(pieces[1]) == payload
+    assert Reassembler().feed(next(frames(b"", 1))) == b""
+
+    with pytest.raises(PayloadError, match="expected a transitions payload"):
+        decode(payload, "transitions")
+    for junk in (b"", b"\x00" * 16, pickle.dumps({"w": [1, 2]}), b"\xff" * 8 + b"{}"):
+        with pytest.raises(PayloadError, match="not a robolearn payload"):
+            decode(junk)
+    with pytest.raises(PayloadError, match="bad magic"):
+        Reassembler().feed(b"XXXX" + pieces[0][4:])
+    with pytest.raises(PayloadError, match="out of order"):
+        Reassembler().feed(pieces[1])
+    with pytest.raises(PayloadError, match="out of range"):
+        Reassembler(max_payload=1000).feed(pieces[0])
+    good = batch(4)
+    assert check_transitions(good) == 4
+    with pytest.raises(PayloadError, match="lacks"):
+        check_transitions({k: v for k, v in good.items() if k != "rewards"})
+    with pytest.raises(PayloadError, match="'actions' must be"):
+        check_transitions({**good, "actions": good["actions"][:3]})
+    with pytest.raises(PayloadError, match="'terminated' must be"):
+        check_transitions({**good, "terminated": good["terminated"].astype(np.float32)})
+
+
+# --- the link --------------------------------------------------------------------------------------------
+
+
+def test_bad_token_rejected(server, client):
+    srv = server(token="right-token")
+    srv.publish_parameters({"w": np.zeros(2)})
+    wrong = client(srv.address, token="wrong-token")
+    wrong.send_transitions(batch(3))
+    assert wait_until(lambda: wrong.last_error is not None and srv.stats["rejected"] >= 2)
+    assert wrong.last_error.startswith("UNAUTHENTICATED")
+    time.sleep(0.2)
+    assert srv.get_batches() == [] and wrong.latest_parameters() is None and wrong.stats["sent"] == 0
+    with pytest.raises(ValueError, match="non-empty"):
+        LearnerServer("")
+
+
+def test_transitions_and_newest_parameters_flow(server, client):
+    srv = server()
+    actor = client(srv.address, actor_id="car-1")
+    for k in range(10):
+        actor.send_transitions(batch(5, start=5 * k))
+    received = []
+    assert wait_until(lambda: received.extend(srv.get_batches(timeout=0.05)) or sum(b.size for b in received) == 50)
+    obs = np.concatenate([b.tensors["obs"][:, 0] for b in received])
+    assert np.array_equal(obs, np.arange(50))  # all of them, in order
+    assert received[0].meta["actor_id"] == "car-1" and srv.actors["car-1"]["dropped"] == 0
+    assert srv.stats["transitions"] == 50 and wait_until(lambda: actor.stats["sent"] == 50)
+    assert actor.stats["queued"] == 0 and actor.flush(1.0)
+
+    assert srv.publish_parameters({"w": torch.ones(3)}, {"policy": {"obs_dim": 3}}) == 1
+    assert wait_until(lambda: actor.stats["parameters"] >= 1)
+    version, state = actor.latest_parameters()
+    assert version == 1 and torch.equal(state["w"], torch.ones(3)) and actor.latest_meta["policy"] == {"obs_dim": 3}
+    assert actor.latest_parameters() is None  # nothing newer yet
+    for v in range(2, 7):  # a burst: the actor ends up with the newest, intermediate versions may be skipped
+        srv.publish_parameters({"w": torch.full((3,), float(v))})
+    assert wait_until(lambda: actor._newest is not None and actor._newest[0][1] == 6)
+    version, state = actor.latest_parameters()
+    assert version == 6 and torch.equal(state["w"], torch.full((3,), 6.0))
+    assert actor.stats["parameters"] <= 6
+
+
+def test_bounded_queue_never_blocks(server, client):
+    port = free_port()
+    actor = client(f"127.0.0.1:{port}", max_queued=100)  # nobody listens yet
+    durations = []
+    for k in range(50):
+        start = time.perf_counter()
+        actor.send_transitions(batch(10, start=10 * k))
+        durations.append(time.perf_counter() - start)
+        time.sleep(0.002)
+    assert max(durations) < 0.05 and np.median(durations) < 2e-3
+    assert actor.stats["dropped"] == 400 and actor.stats["queued"] == 100
+    assert actor.last_error.startswith("UNAVAILABLE")
+    srv = server(port=port)  # the learner comes up: the newest 100 transitions arrive
+    received = []
+    assert wait_until(lambda: received.extend(srv.get_batches(timeout=0.05)) or sum(b.size for b in received) == 100)
+    obs = np.concatenate([b.tensors["obs"][:, 0] for b in received])
+    assert np.array_equal(obs, np.arange(400, 500)) and received[-1].meta["dropped"] == 400
+
+
+# --- learner ---------------------------------------------------------------------------------------------
+
+SMALL = dict(actor_hidden=(32, 32), critic_hidden=(32, 32), batch_size=16, learning_starts=40, buffer_size=2000,
+             utd_ratio=1.0)  # fmt: skip
+
+
+def test_learner_updates_publishes_and_resumes(tmp_path, server, client):
+    srv = server()
+    actor = client(srv.address)
+    learner = Learner(srv, tmp_path, SACConfig(**SMALL), publish_interval=0.2, checkpoint_interval=100)
+    for k in range(6):
+        actor.send_transitions(batch(10, start=10 * k))
+    assert wait_until(lambda: learner.step(timeout=0.02) is not None and learner.transitions == 60, 20)
+    assert wait_until(lambda: learner.step() is not None and learner.updates == 20, 20)  # UTD 1 after 40
+    assert wait_until(lambda: actor.stats["parameters"] >= 1)
+    version, state = actor.latest_parameters()
+    policy = SampledPolicy.from_config(actor.latest_meta["policy"])
+    policy.load_state_dict(state)  # the published names and shapes fit the acting policy (strict)
+    learner.save()
+    saved_version = srv.version
+
+    srv2 = server()
+    resumed = Learner(srv2, tmp_path, SACConfig(**SMALL))  # picks up run_dir/checkpoints/latest
+    assert resumed.transitions == 60 and resumed.updates == 20 and len(resumed.buffer) == 60
+    assert srv2.version == saved_version + 1  # versions continue after the saved one (published on resume)
+    for a, b in zip(resumed.sac.model_state().values(), learner.sac.model_state().values(), strict=True):
+        assert torch.equal(a, b)
+    assert sac_config("serl", {"batch_size": "8"}).batch_size == 8
+    with pytest.raises(ConfigError, match="SAC recipes"):
+        sac_config("td3")
+    with pytest.raises(ConfigError, match="shared secret"):
+        cmd_learner({"run_dir": str(tmp_path)})
+
+
+# --- actor -----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class FakeTick:
+    mode: str
+    obs: np.ndarray
+    command: np.ndarray
+    policy_version: int = 0
+    intervention: bool = False
+    status: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def safety(self):
+        return self
+
+    @property
+    def action(self):
+        return self.command
+
+
+class FakeClient:
+    def __init__(self):
+        self.batches, self.params = [], None
+
+    def send_transitions(self, b):
+        check_transitions(b)
+        self.batches.append(b)
+
+    def latest_parameters(self):
+        params, self.params = self.params, None
+        return params
+
+
+def test_actor_turns_ticks_into_transitions():
+    client, swapped = FakeClient(), []
+    done_at = {4: "terminated"}
+
+    def reward_fn(prev, tick):
+        return float(tick.obs[0]), done_at.get(int(tick.obs[0]))
+
+    actor = Actor(client, reward_fn, lambda v, s: swapped.append(v), batch_size=2)
+    modes = ["policy"] * 5 + ["policy", "teleop", "policy", "recovery", "recovery"] + ["policy"] * 3 + ["stale"]
+    for i, mode in enumerate(modes):
+        obs = np.array([i, 0.0]) if mode != "stale" else np.array([np.nan, 0.0])
+        actor.on_tick(FakeTick(mode, obs, np.array([i / 10]), policy_version=i // 3, intervention=mode == "teleop"))
+    client.params = (7, {"w": torch.zeros(1)})
+    actor.on_tick(FakeTick("policy", np.array([20.0, 0]), np.zeros(1)))
+    flat = {k: np.concatenate([b[k] for b in client.batches]) for k in client.batches[0]}
+    # episode 1: ticks 0..4, terminated at 4; episode 2: 5..8, cut by recovery at 8; episode 3: 10..12, stale at 13
+    assert np.array_equal(flat["obs"][:, 0], [0, 1, 2, 3, 5, 6, 7, 10, 11])
+    assert np.array_equal(flat["next_obs"][:, 0], [1, 2, 3, 4, 6, 7, 8, 11, 12])
+    assert np.array_equal(flat["rewards"], [1, 2, 3, 4, 6, 7, 8, 11, 12])
+    assert np.array_equal(flat["terminated"], [0, 0, 0, 1, 0, 0, 0, 0, 0])
+    assert np.array_equal(flat["truncated"], [0, 0, 0, 0, 0, 0, 1, 0, 1])
+    assert np.array_equal(flat["interventions"], [0, 0, 0, 0, 0, 1, 0, 0, 0])
+    assert np.allclose(flat["actions"][:, 0], flat["obs"][:, 0] / 10)  # the command that went out
+    assert np.array_equal(flat["policy_versions"], [0, 0, 0, 1, 1, 2, 2, 3, 3])
+    assert swapped == [7] and actor.stats["episodes"] == 3 and actor.stats["transitions"] == 9
+
+
+# --- the learner killed and restarted --------------------------------------------------------------------
+
+
+class PointMass:
+    """A 1-D point mass the scripted actor loop drives: obs [x, v], reward -x^2, episodes of 40 ticks."""
+
+    def __init__(self) -> None:
+        self.x, self.v, self.t = 1.0, 0.0, 0
+
+    def step(self, a: float) -> None:
+        self.v = 0.9 * self.v + 0.1 * a
+        self.x += 0.1 * self.v
+        self.t += 1
+
+    def obs(self) -> np.ndarray:
+        return np.array([self.x, self.v], np.float32)
+
+
+def start_learner(run_dir: Path, port: int, log: Path) -> subprocess.Popen:
+    args = [sys.executable, "-m", "robolearn.cli", "learner", f"run_dir={run_dir}", f"port={port}", "publish_s=0.3",
+            "checkpoint_s=0.5", "algo.learning_starts=64", "algo.batch_size=32", "algo.buffer_size=5000",
+            "algo.actor_hidden=[32,32]", "algo.critic_hidden=[32,32]"]  # fmt: skip
+    env = {**os.environ, "ROBOLEARN_TOKEN": "kill-test", "OMP_NUM_THREADS": "1"}
+    with open(log, "a") as out:  # a file, not a pipe: a full pipe would stall the learner
+        return subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def test_learner_killed_and_restarted_while_actor_keeps_its_rate(tmp_path):
+    port, run_dir, log = free_port(), tmp_path / "learner", tmp_path / "learner.log"
+    learner = start_learner(run_dir, port, log)
+    client = ActorClient(f"127.0.0.1:{port}", "kill-test", backoff=(0.05, 0.5))
+    env, policy = PointMass(), SampledPolicy(2, 1, (32, 32))
+    versions: list[tuple[float, int]] = []
+
+    def swap(version, state):
+        policy.load_state_dict(state)
+        versions.append((time.monotonic(), version))
+
+    actor = Actor(client, lambda prev, tick: (-float(tick.obs[0]) ** 2, "truncated" if env.t % 40 == 0 else None),
+                  swap, batch_size=8)  # fmt: skip
+    stop, ticks = threading.Event(), []  # (start, compute seconds)
+
+    def control_loop(period: float = 0.02) -> None:
+        deadline = time.monotonic()
+        while not stop.is_set():
+            start = time.monotonic()
+            obs = env.obs()
+            with torch.inference_mode():
+                command = policy({"policy": torch.as_tensor(obs)[None]})[0].numpy()
+            env.step(float(command[0]))
+            actor.on_tick(FakeTick("policy", obs, command, policy_version=versions[-1][1] if versions else 0))
+            if env.t % 40 == 0:
+                env.__init__()
+            ticks.append((start, time.monotonic() - start))
+            deadline += period
+            time.sleep(max(0.0, deadline - time.monotonic()))
+
+    loop = threading.Thread(target=control_loop, daemon=True)
+    loop.start()
+    try:
+        # the first learner: parameters arrive and get swapped in, a checkpoint is written
+        assert wait_until(lambda: versions and (run_dir / "checkpoints/latest").is_dir() and versions[-1][1] >= 3,
+                          60), log.read_text()[-3000:]  # fmt: skip
+        learner.send_signal(signal.SIGKILL)
+        learner.wait(10)
+        killed_at, version_before = time.monotonic(), versions[-1][1]
+        time.sleep(1.0)  # the actor keeps acting on its last parameters; transitions queue up
+        assert not client.stats["dropped"] and client.stats["queued"] > 0 and client.last_error.startswith("UNAVAILA")
+        learner = start_learner(run_dir, port, log)  # same port; resumes from the checkpoint, so versions go on
+        assert wait_until(lambda: versions[-1][1] > version_before + 1, 60), log.read_text()[-3000:]
+        assert wait_until(lambda: client.stats["queued"] == 0, 10)  # the backlog was delivered
+    finally:
+        stop.set()
+        loop.join(5)
+        client.close()
+        learner.send_signal(signal.SIGTERM)
+        try:
+            learner.wait(20)
+        except subprocess.TimeoutExpired:
+            learner.kill()
+    outage = [c for s, c in ticks if s > killed_at]
+    assert len(outage) > 40  # the loop kept running through the outage and the restart
+    periods = np.diff([s for s, _ in ticks])
+    assert np.median(periods) == pytest.approx(0.02, abs=0.004)
+    assert max(c for _, c in ticks) < 0.25  # no tick ever waited on the network (compute only, loaded CI box)
+    assert actor.stats["swap_errors"] == 0 and client.stats["dropped"] == 0
+    final = json.loads((run_dir / "checkpoints/latest/trainer.json").read_text())  # saved on SIGTERM
+    assert final["version"] >= versions[-1][1] and 0 < final["transitions"] <= client.stats["sent"]
