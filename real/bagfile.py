@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import io
 import logging
 import os
@@ -110,6 +111,8 @@ class BagWriter:
         self.path = Path(path)
         if compression not in COMPRESSIONS:
             raise BagError(f"unknown compression {compression!r}; use one of {sorted(COMPRESSIONS)}")
+        if compression == "zstd" and importlib.util.find_spec("zstandard") is None:
+            raise BagError("compression='zstd' needs the zstandard package (pip install zstandard); or use lz4")
         if max_bytes is not None and max_bytes <= 0 or max_duration is not None and max_duration <= 0:
             raise BagError("max_bytes and max_duration must be positive (or None)")
         if self.path.exists():

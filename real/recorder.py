@@ -165,6 +165,16 @@ class Recorder:
         )  # fmt: skip
         self._put((None, int(t_ns), tick))
 
+    def on_tick(self, tick: Any) -> None:
+        """A `real.runner.PolicyRunner` hook (``runner.add_hook(recorder.on_tick)``): records each tick.
+
+        Without a policy step (stale inputs) the raw action is NaN. Rewards and episodes are the actor's
+        business (`real.rl.actor.Actor` records them when given this recorder).
+        """
+        raw = tick.raw_action if tick.raw_action is not None else np.full(len(tick.command), np.nan)
+        self.record_tick(tick.time_ns, raw, tick.command, tick.safety.intervention, tick.policy_version,
+                         safety=tick.safety, observation=tick.obs)  # fmt: skip
+
     def _put(self, item: tuple) -> None:
         if self.closed:
             return

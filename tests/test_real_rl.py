@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from real.rl.actor import Actor, SampledPolicy
+from real.rl.actor import Actor, SampledPolicy, cmd_actor
 from real.rl.codec import CHUNK, PayloadError, Reassembler, check_transitions, decode, encode, frames
 from real.rl.learner import Learner, cmd_learner, sac_config
 from real.rl.link import ActorClient, LearnerServer
@@ -144,7 +144,7 @@ def test_transitions_and_newest_parameters_flow(server, client):
     obs = np.concatenate([b.tensors["obs"][:, 0] for b in received])
     assert np.array_equal(obs, np.arange(50))  # all of them, in order
     assert received[0].meta["actor_id"] == "car-1" and srv.actors["car-1"]["dropped"] == 0
-    assert srv.stats["transitions"] == 50 and wait_until(lambda: actor.stats["sent"] == 50)
+    assert wait_until(lambda: srv.stats["transitions"] == 50 and actor.stats["sent"] == 50)
     assert actor.stats["queued"] == 0 and actor.flush(1.0)
 
     assert srv.publish_parameters({"w": torch.ones(3)}, {"policy": {"obs_dim": 3}}) == 1
@@ -362,3 +362,74 @@ def test_learner_killed_and_restarted_while_actor_keeps_its_rate(tmp_path):
     assert actor.stats["swap_errors"] == 0 and client.stats["dropped"] == 0
     final = json.loads((run_dir / "checkpoints/latest/trainer.json").read_text())  # saved on SIGTERM
     assert final["version"] >= versions[-1][1] and 0 < final["transitions"] <= client.stats["sent"]
+
+
+# --- on the PolicyRunner ---------------------------------------------------------------------------------
+
+
+def test_actor_on_the_policy_runner_ships_what_the_recorder_records(tmp_path, server):
+    from real import msgs
+    from real.bag2dataset import bag_to_episodes
+    from real.dataset import to_transitions
+    from real.deploy import compose_deploy
+    from real.recorder import Recorder
+    from real.rl.actor import run_actor
+    from real.transport.memory import MemoryBus, MemoryTransport
+
+    srv = server()
+    policy = SampledPolicy(10, 2, (32, 32))
+    meta = {"policy": {"obs_dim": 10, "num_actions": 2,
+                       "sac": {"actor_hidden": [32, 32], "activation": "relu", "actor_layer_norm": False}}}
+    srv.publish_parameters({k: v for k, v in policy.state_dict().items()}, meta)
+    bus = MemoryBus()
+    robot, mine = MemoryTransport(bus), MemoryTransport(bus)
+    odom, imu = robot.publisher("/odom", msgs.ODOMETRY, "sensor_data"), robot.publisher("/imu", msgs.IMU, "sensor_data")
+    stop = threading.Event()
+
+    def drive() -> None:  # a car rolling forward at 1 m/s, sensors at 100 Hz
+        x = 0.0
+        while not stop.wait(0.01):
+            x += 0.01
+            odom.publish(msgs.odometry_from_array([x, 0, 0, 0, 0, 0, 1, 1.0, 0, 0, 0, 0, 0.1]))
+            imu.publish(msgs.imu_from_array([0, 0, 0, 1, 0, 0, 0.1, 0.2, 0, 9.81]))
+
+    def publish_v2() -> None:
+        time.sleep(0.8)
+        policy.actor.net.net[0].weight.data += 0.01
+        srv.publish_parameters(dict(policy.state_dict()), meta)
+
+    cfg = compose_deploy("rc_car", ["rate_hz=25", "stats=null"])
+    client = ActorClient(srv.address, "s3cret", backoff=(0.05, 0.3))
+    threads = [threading.Thread(target=drive, daemon=True), threading.Thread(target=publish_v2, daemon=True)]
+    for thread in threads:
+        thread.start()
+    steps = iter(range(10_000))
+
+    def reward_fn(prev, tick):  # episodes of 10 steps, the 2nd ends terminated, the others truncated
+        k = next(steps)
+        return float(k), ("terminated" if k == 19 else "truncated") if k % 10 == 9 else None
+
+    try:
+        with Recorder(mine, tmp_path / "bag", [("/odom", msgs.ODOMETRY, "sensor_data")]) as recorder:
+            actor = run_actor(cfg, mine, client, reward_fn, batch_size=4, wait_s=5, duration=2.0, recorder=recorder)
+        assert client.flush(5.0)
+    finally:
+        stop.set()
+        client.close()
+    received = [b for b in srv.get_batches(timeout=1.0)]
+    got = {k: np.concatenate([b.tensors[k] for b in received]) for k in received[0].tensors}
+    assert actor.stats["transitions"] == len(got["rewards"]) >= 30 and actor.stats["swaps"] >= 1
+    assert set(got["policy_versions"]) == {1, 2}  # the learner's versions, swapped in between ticks
+    assert got["terminated"].sum() == 1 and np.array_equal(np.flatnonzero(got["terminated"]), [19])
+    assert np.abs(got["actions"]).max() <= 1.0 and got["truncated"][-1]  # the run's end cuts its last episode
+    # the bag, converted at the control ticks, holds exactly the transitions the learner received
+    flat = to_transitions(bag_to_episodes(tmp_path / "bag"))
+    for key in ("obs", "next_obs", "actions", "rewards", "terminated", "truncated", "interventions"):
+        assert np.array_equal(flat[key], got[key]), key
+
+    with pytest.raises(ConfigError, match="needs learner"):
+        cmd_actor({"token": "t", "robot": "rc_car"})
+    with pytest.raises(ConfigError, match="no default reward"):
+        cmd_actor({"token": "t", "learner": srv.address, "robot": "arm"})
+    with pytest.raises(ConfigError, match="cannot import"):
+        cmd_actor({"token": "t", "learner": srv.address, "reward": "nowhere:nothing"})

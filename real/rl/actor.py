@@ -33,9 +33,10 @@ RewardFn = Callable[[Any, Any], "float | tuple[float, str | None]"]
 class TickLike(Protocol):
     """The fields of a control tick the actor reads (`real.runner.Tick` has them)."""
 
+    time_ns: int
     mode: str
     obs: np.ndarray
-    action: np.ndarray
+    raw_action: np.ndarray | None
     command: np.ndarray
     safety: Any  # SafetyInfo: .intervention
     policy_version: int
@@ -83,31 +84,36 @@ class Actor:
     """
 
     def __init__(self, client: Any, reward_fn: RewardFn, swap: Callable[[int, dict[str, torch.Tensor]], None],
-                 batch_size: int = 32, learn_modes: Sequence[str] = ("policy", "teleop")) -> None:  # fmt: skip
+                 batch_size: int = 32, learn_modes: Sequence[str] = ("policy", "teleop"),
+                 recorder: Any = None) -> None:  # fmt: skip
         if batch_size < 1:
             raise ConfigError("batch_size must be >= 1")
         self.client, self.reward_fn, self.swap = client, reward_fn, swap
         self.batch_size, self.learn_modes = batch_size, tuple(learn_modes)
+        self.recorder = recorder  # a `real.recorder.Recorder`: every tick with its reward, episode and end
         self.stats = {"ticks": 0, "transitions": 0, "episodes": 0, "swaps": 0, "swap_errors": 0}
         self._prev: Any = None  # the previous learning tick (start of the pending step)
         self._rows: list[tuple] = []
+        self._episode = -1  # id of the episode in progress (or last ended)
 
     def on_tick(self, tick: TickLike) -> None:
         """The per-tick hook: close the pending step, maybe ship a batch, maybe swap parameters."""
         self.stats["ticks"] += 1
-        learning = tick.mode in self.learn_modes and np.all(np.isfinite(tick.obs))
+        finite = bool(np.all(np.isfinite(tick.obs)))
+        learning = tick.mode in self.learn_modes and finite
+        reward, done, episode = None, None, -1
         if self._prev is not None:
+            episode = self._episode
             if learning:
                 reward, done = self._reward(self._prev, tick)
                 self._add(self._prev, tick, reward, done)
-            elif np.all(np.isfinite(tick.obs)):  # a reset or stop begins: the episode is cut here
+            elif finite:  # a reset or stop begins: the episode is cut here
                 reward, _ = self._reward(self._prev, tick)
-                self._add(self._prev, tick, reward, "truncated")
                 done = "truncated"
+                self._add(self._prev, tick, reward, done)
             else:  # no next observation for the pending step: drop it, the step before ends the episode
-                done = "truncated"
-                if self._rows:
-                    self._rows[-1] = (*self._rows[-1][:5], True, *self._rows[-1][6:])
+                done, episode = "truncated", -1
+                self._truncate_last()
             if done:
                 self.stats["episodes"] += 1
                 self._flush()
@@ -115,10 +121,19 @@ class Actor:
             else:
                 self._prev = tick
         elif learning:
-            self._prev = tick
+            self._episode += 1
+            self._prev, episode = tick, self._episode
+        if self.recorder is not None:
+            self._record(tick, reward, episode, done if episode >= 0 else None)
         if len(self._rows) > self.batch_size:
             self._flush(keep_last=True)  # the last step of an episode may still get its end flag
         self._maybe_swap()
+
+    def _record(self, tick: Any, reward: float | None, episode: int, done: str | None) -> None:
+        raw = tick.raw_action if getattr(tick, "raw_action", None) is not None else np.full(len(tick.command), np.nan)
+        self.recorder.record_tick(tick.time_ns, raw, tick.command, bool(getattr(tick.safety, "intervention", False)),
+                                  tick.policy_version, reward=reward, episode=episode, done=done, safety=tick.safety,
+                                  observation=tick.obs)  # fmt: skip
 
     def _reward(self, prev: Any, tick: Any) -> tuple[float, str | None]:
         out = self.reward_fn(prev, tick)
@@ -131,6 +146,10 @@ class Actor:
         intervention = bool(getattr(prev.safety, "intervention", False))
         self._rows.append((prev.obs, prev.command, reward, tick.obs, done == "terminated", done == "truncated",
                            intervention, prev.policy_version))  # fmt: skip
+
+    def _truncate_last(self) -> None:
+        if self._rows:  # mid-episode the last step is never shipped yet (see on_tick), so it can still be cut
+            self._rows[-1] = (*self._rows[-1][:5], True, *self._rows[-1][6:])
 
     def _flush(self, keep_last: bool = False) -> None:
         rows, self._rows = (self._rows[:-1], self._rows[-1:]) if keep_last else (self._rows, [])
@@ -158,6 +177,153 @@ class Actor:
             self.stats["swap_errors"] += 1
             log.error("parameters v%d do not fit the acting policy: %s", version, e)
 
-    def flush(self) -> None:
-        """Queue the pending transitions now (e.g. before closing)."""
+    def end(self) -> None:
+        """The run stops: its last step is truncated (as `real.bag2dataset` cuts a bag's last episode) and queued."""
+        self._truncate_last()
+        if self._prev is not None:
+            self.stats["episodes"] += 1
+        self._prev = None
         self._flush()
+
+
+# --- on a robot: PolicyRunner + Actor (robolearn actor) -------------------------------------------------------
+
+
+def checkpoint_progress(prev: Any, tick: Any) -> tuple[float, str | None]:
+    """A sparse RC-car reward from the adapter's course progress: +1 per checkpoint passed, -10 and terminated
+    on a crash (FastRLAP charges crashes and ends the episode; a stuck car is cut by its recovery, truncated)."""
+    status = tick.status or {}
+    if status.get("event") == "crash":
+        return -10.0, "terminated"
+    return float(status.get("passed_now", 0)), None
+
+
+DEFAULT_REWARDS = {"rc_car": checkpoint_progress}
+
+
+def _import(spec: str) -> Any:
+    import importlib
+
+    module, _, attr = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(f"cannot import {spec!r} ({e}); use module.path:function") from e
+
+
+def initial_policy(cfg: Mapping[str, Any], client: Any, wait_s: float, seed: int = 0) -> tuple[SampledPolicy, int]:
+    """The acting policy to start with, and its version: the deploy config's SAC ``checkpoint``, else the
+    learner's parameters if they arrive within ``wait_s``, else a fresh SAC actor sized for the robot."""
+    import time
+
+    from real.deploy import PROCESS_KEYS
+    from real.observation import ObservationBuilder
+    from real.robots import make_adapter
+    from real.runner import RunnerConfig
+    from robolearn import checkpoint
+
+    if cfg.get("checkpoint"):
+        config, state = checkpoint.load(cfg["checkpoint"])
+        if "sac" not in config.get("policy", {}):
+            raise ConfigError(f"checkpoint {cfg['checkpoint']} is not a SAC policy; the actor collects with SAC")
+        policy = SampledPolicy.from_config(config["policy"], seed=seed)
+        policy.load_state_dict({k: v for k, v in state.items() if k.startswith("actor.")})
+        return policy, 0
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        params = client.latest_parameters()
+        if params is not None:
+            policy = SampledPolicy.from_config(client.latest_meta["policy"], seed=seed)
+            policy.load_state_dict(params[1])
+            return policy, params[0]
+        time.sleep(0.05)
+    runner_cfg = RunnerConfig.from_dict({k: v for k, v in cfg.items() if k not in PROCESS_KEYS})
+    adapter = make_adapter(runner_cfg.robot, runner_cfg.adapter, runner_cfg.rate_hz, {})
+    builder = ObservationBuilder(runner_cfg.observation, runner_cfg.inputs, adapter.num_actions, adapter.features)
+    log.warning("no parameters from the learner within %.0f s: starting from a fresh SAC actor (%d obs, %d actions)",
+                wait_s, len(builder), adapter.num_actions)  # fmt: skip
+    return SampledPolicy(len(builder), adapter.num_actions, seed=seed), 0
+
+
+def run_actor(cfg: Mapping[str, Any], transport: Any, client: Any, reward_fn: RewardFn, batch_size: int = 32,
+              wait_s: float = 10.0, duration: float | None = None, recorder: Any = None, seed: int = 0) -> Actor:
+    """Drive the robot of deploy config ``cfg`` with the learner's policy, shipping transitions, until
+    ``duration`` s, Ctrl-C or SIGTERM (the robot's stop command goes out either way). Returns the actor."""
+    from real.deploy import build_runner
+
+    policy, version = initial_policy(cfg, client, wait_s, seed)
+    runner = build_runner(cfg, transport, policy)
+    runner.swap_policy(state_dict=policy.state_dict(), version=version)  # start at the learner's version
+    actor = Actor(client, reward_fn, lambda v, state: runner.swap_policy(state_dict=state, version=v), batch_size,
+                  recorder=recorder)  # fmt: skip
+    runner.add_hook(actor.on_tick)
+    try:
+        runner.run(duration=duration)
+    finally:
+        actor.end()
+        runner.close()
+    return actor
+
+
+def cmd_actor(opts: dict[str, str]) -> int:
+    """``robolearn actor learner=<host:port> robot=<robot> [reward=module:function] [checkpoint=<dir>]
+    [record=<bag>] [batch_size=32] [wait_s=10] [seed=0] [transport=...] [duration=s] [hydra overrides of
+    configs/deploy/<robot>.yaml]``; the token from ROBOLEARN_TOKEN or token_file=."""
+    import logging as logging_
+
+    from real.deploy import PROCESS_KEYS, compose_deploy
+    from real.rl.learner import _token
+    from real.rl.link import ActorClient
+    from real.transport import make_transport
+
+    opts = dict(opts)
+    token = _token(opts)
+    robot = opts.pop("robot", "rc_car")
+    try:
+        address = opts.pop("learner")
+        reward = opts.pop("reward", None)
+        record = opts.pop("record", None)
+        batch_size, wait_s = int(opts.pop("batch_size", "32")), float(opts.pop("wait_s", "10"))
+        seed = int(opts.pop("seed", "0"))
+    except KeyError as e:
+        raise ConfigError("actor needs learner=<host:port> (the robolearn learner's address)") from e
+    except ValueError as e:
+        raise ConfigError(f"bad actor option: {e}") from e
+    if reward is None and robot not in DEFAULT_REWARDS:
+        raise ConfigError(f"robot {robot!r} has no default reward; give reward=module:function(prev_tick, tick)")
+    reward_fn = _import(reward) if reward else DEFAULT_REWARDS[robot]
+    process = {k: opts.pop(k) for k in PROCESS_KEYS if k in opts}
+    if process.get("policy"):
+        raise ConfigError("the actor acts with the learner's SAC policy; start from a checkpoint= instead of policy=")
+    cfg = compose_deploy(robot, [f"{k}={v}" for k, v in opts.items()])
+    cfg.update(process)
+    logging_.basicConfig(level=logging_.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    torch.set_num_threads(int(cfg.get("torch_threads") or 1))
+    duration = None if cfg.get("duration") in (None, "", "null") else float(cfg["duration"])
+    domain_id = None if cfg.get("domain_id") in (None, "", "null") else int(cfg["domain_id"])
+    client = ActorClient(address, token)
+    try:
+        with make_transport(str(cfg.get("transport") or "auto"), domain_id) as transport:
+            recorder = None
+            if record:
+                from real.recorder import Recorder
+
+                topics = [(spec.topic, spec.msg_type, spec.qos) for spec in _inputs(cfg)]
+                recorder = Recorder(transport, record, topics)
+            try:
+                actor = run_actor(cfg, transport, client, reward_fn, batch_size, wait_s, duration, recorder, seed)
+            finally:
+                if recorder is not None:
+                    recorder.close()
+        client.close(flush_timeout=5.0)
+    finally:
+        client.close()
+    print(f"actor: {actor.stats['transitions']} transitions in {actor.stats['episodes']} episodes, "
+          f"{actor.stats['swaps']} parameter updates; link {client.stats}")
+    return 0
+
+
+def _inputs(cfg: Mapping[str, Any]) -> list[Any]:
+    from real.observation import InputSpec
+
+    return [InputSpec.from_dict(name, spec or {}) for name, spec in dict(cfg["inputs"]).items()]

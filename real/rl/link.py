@@ -191,6 +191,7 @@ class LearnerServer:
                     continue
                 meta, tensors = decode(payload, "transitions")
                 size = check_transitions(tensors)
+                self.actors[str(meta.get("actor_id", context.peer()))] = {**meta, "received_at": time.time()}
                 try:
                     self._pending.put(TransitionBatch(tensors, meta, size, context.peer()), timeout=2.0)
                 except queue.Full:
@@ -199,7 +200,6 @@ class LearnerServer:
                 received += size
                 self.stats["batches"] += 1
                 self.stats["transitions"] += size
-                self.actors[str(meta.get("actor_id", context.peer()))] = {**meta, "received_at": time.time()}
         except PayloadError as e:
             self.stats["invalid"] += 1
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
@@ -385,6 +385,8 @@ class ActorClient:
 
     def close(self, flush_timeout: float = 0.0) -> None:
         """Stop the threads (after trying to send what is queued for ``flush_timeout`` s) and the channel."""
+        if self._stop.is_set():
+            return
         if flush_timeout > 0:
             self.flush(flush_timeout)
         self._stop.set()
