@@ -37,6 +37,7 @@ from ruamel.yaml import YAML
 
 from real import msgs
 from real.transport.base import QoS, Reliability, resolve_qos
+from robolearn.errors import RobolearnError
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ VERSION = 9
 COMPRESSIONS = {"none": CompressionType.NONE, "lz4": CompressionType.LZ4, "zstd": CompressionType.ZSTD}
 
 
-class BagError(RuntimeError):
+class BagError(RobolearnError, RuntimeError):
     """A bag cannot be written or repaired (exists already, not a bag, unknown topic)."""
 
 

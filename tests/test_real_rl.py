@@ -206,6 +206,10 @@ def test_learner_updates_publishes_and_resumes(tmp_path, server, client):
     assert srv2.version == saved_version + 1  # versions continue after the saved one (published on resume)
     for a, b in zip(resumed.sac.model_state().values(), learner.sac.model_state().values(), strict=True):
         assert torch.equal(a, b)
+    # sizes given up front: a policy is published before any data; no new version while nothing changes
+    srv3 = server()
+    eager = Learner(srv3, tmp_path / "eager", SACConfig(**SMALL), publish_interval=0.0, obs_dim=3, num_actions=2)
+    assert srv3.version == 1 and eager.step() == {} and srv3.version == 1
     assert sac_config("serl", {"batch_size": "8"}).batch_size == 8
     with pytest.raises(ConfigError, match="SAC recipes"):
         sac_config("td3")

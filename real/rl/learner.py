@@ -5,12 +5,14 @@
 `Learner` takes transition batches from a `LearnerServer` into a robolearn `ReplayBuffer`, runs SAC critic
 updates at the algorithm's update-to-data ratio once ``learning_starts`` transitions arrived, and publishes the
 actor's parameters (``actor.*`` of the SAC actor, the key layout of a deployable checkpoint) every
-``publish_interval`` seconds (FastRLAP 2 s, LeRobot 4 s) and right after it starts. It checkpoints with
-robolearn's atomic checkpoint format (networks, optimizers, replay buffer, counters, parameter version) and
-resumes from ``run_dir/checkpoints/latest``, so a learner killed and restarted continues its versions and data.
+``publish_interval`` seconds when they changed (FastRLAP 2 s, LeRobot 4 s) and as soon as the networks exist.
+It checkpoints with robolearn's atomic checkpoint format (networks, optimizers, replay buffer, counters,
+parameter version) and resumes from ``run_dir/checkpoints/latest``, so a learner killed and restarted continues
+its versions and data (minus what arrived after its last checkpoint).
 
-The SAC settings come from the algo presets (``configs/algo/<algo>.yaml``, with ``algo.<key>=`` overrides);
-the observation and action sizes from the first batch (or the checkpoint).
+The SAC settings come from the algo presets (``configs/algo/<algo>.yaml``, with ``algo.<key>=`` overrides; a
+resumed run keeps its checkpoint's); the observation and action sizes from ``obs_dim``/``num_actions``, the
+first batch, or the checkpoint.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Learner:
 
     Args:
         server: a started server.
+        obs_dim, num_actions: build (and publish) the networks at once; otherwise on the first batch.
         run_dir: where checkpoints (and the resolved config) go; an existing checkpoint is resumed.
         sac_config: the SAC settings (batch size, UTD, learning_starts, buffer_size, ...).
         publish_interval, checkpoint_interval: seconds between parameter publications / checkpoints.
@@ -56,7 +59,8 @@ class Learner:
 
     def __init__(self, server: LearnerServer, run_dir: str | Path, sac_config: SACConfig | None = None,
                  device: str = "cpu", publish_interval: float = 2.0, checkpoint_interval: float = 60.0,
-                 max_updates_per_step: int = 64, seed: int = 0, save_buffer: bool = True) -> None:  # fmt: skip
+                 max_updates_per_step: int = 64, seed: int = 0, save_buffer: bool = True,
+                 obs_dim: int | None = None, num_actions: int | None = None) -> None:  # fmt: skip
         self.server, self.run_dir = server, Path(run_dir)
         self.cfg = sac_config or SACConfig()
         self.cfg.validate()
@@ -70,8 +74,12 @@ class Learner:
         self.updates = 0
         self.update_debt = 0.0
         self._last_publish = self._last_checkpoint = time.monotonic()
+        self._published_updates = -1  # updates at the last publication (nothing new: no new version)
         if (self.run_dir / CHECKPOINT).is_dir():
             self.restore(self.run_dir / CHECKPOINT)
+        elif obs_dim and num_actions:  # known sizes: publish a first policy before any data arrives
+            self._build(obs_dim, num_actions)
+            self.publish()
 
     # --- networks ----------------------------------------------------------------------------------------
 
@@ -87,7 +95,7 @@ class Learner:
         state = {f"actor.{k}": v for k, v in self.sac.actor.state_dict().items()}
         meta = {"policy": policy_config(self.sac), "transitions": self.transitions, "updates": self.updates}
         version = self.server.publish_parameters(state, meta)
-        self._last_publish = time.monotonic()
+        self._last_publish, self._published_updates = time.monotonic(), self.updates
         log.info("published parameters v%d (%d transitions, %d updates)", version, self.transitions, self.updates)
         return version
 
@@ -107,7 +115,7 @@ class Learner:
             self.update_debt -= n
             self.updates += n
         now = time.monotonic()
-        if now - self._last_publish >= self.publish_interval:
+        if now - self._last_publish >= self.publish_interval and self.updates != self._published_updates:
             self.publish()
         if now - self._last_checkpoint >= self.checkpoint_interval:
             self.save()
@@ -220,7 +228,8 @@ def _token(opts: dict[str, str]) -> str:
 
 def cmd_learner(opts: dict[str, str]) -> int:
     """``robolearn learner run_dir=<dir> [algo=sac] [algo.<key>=v] [port=50051] [host=127.0.0.1] [publish_s=2]
-    [checkpoint_s=60] [duration=s] [device=cpu] [seed=0]``; the token from ROBOLEARN_TOKEN or token_file=."""
+    [checkpoint_s=60] [duration=s] [device=cpu] [seed=0] [obs_dim=D num_actions=A]``; the token from
+    ROBOLEARN_TOKEN or token_file=."""
     opts = dict(opts)
     token = _token(opts)
     overrides = {k[5:]: opts.pop(k) for k in [k for k in opts if k.startswith("algo.")]}
@@ -230,13 +239,14 @@ def cmd_learner(opts: dict[str, str]) -> int:
         port, seed = int(opts.pop("port", "50051")), int(opts.pop("seed", "0"))
         publish_s, checkpoint_s = float(opts.pop("publish_s", "2")), float(opts.pop("checkpoint_s", "60"))
         duration = float(opts.pop("duration", "0")) or None
+        obs_dim, num_actions = int(opts.pop("obs_dim", "0")) or None, int(opts.pop("num_actions", "0")) or None
     except KeyError as e:
         raise ConfigError("learner needs run_dir=<dir>") from e
     except ValueError as e:
         raise ConfigError(f"bad learner option: {e}") from e
     if opts:
         raise ConfigError(f"unknown learner options {sorted(opts)}; valid: run_dir, algo, algo.<key>, port, host, "
-                          "publish_s, checkpoint_s, duration, device, seed, token_file")
+                          "publish_s, checkpoint_s, duration, device, seed, obs_dim, num_actions, token_file")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     cfg = sac_config(algo, overrides)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -246,7 +256,8 @@ def cmd_learner(opts: dict[str, str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     with LearnerServer(token, port, host) as server:
-        learner = Learner(server, run_dir, cfg, device, publish_s, checkpoint_s, seed=seed)
+        learner = Learner(server, run_dir, cfg, device, publish_s, checkpoint_s, seed=seed, obs_dim=obs_dim,
+                          num_actions=num_actions)
         print(f"learner on {host}:{server.port}, run_dir {run_dir}", flush=True)
         learner.run(stop, duration)
     return 0
