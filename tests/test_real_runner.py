@@ -311,21 +311,23 @@ def test_run_paces_on_absolute_deadlines_and_stops_the_car_on_exit():
     runner = build_runner(cfg, MemoryTransport(bus), policy, {})
     stats_msgs = []
     car.transport.subscribe("/robolearn/loop_stats", msgs.FLOAT32_MULTI_ARRAY, lambda m, t: stats_msgs.append(m))
-    starts = []
+    ticks = []
 
     def hook(tick):
         car.publish()  # fresh inputs for the next tick
-        starts.append(tick.time_ns)
+        ticks.append(tick)
         if tick.index == 10:
             time.sleep(0.025)  # an overrun: the deadlines it covers are skipped, not made up
 
     runner.add_hook(hook)
     car.publish()
     summary = runner.run(max_ticks=30)
-    grid = (np.asarray(starts) - starts[0]) / 1e7  # tick starts stay on the 10 ms grid
-    assert np.all(np.abs(grid - np.round(grid)) < 0.5)
-    skipped = int(np.sum(np.round(np.diff(grid)) - 1))
-    assert summary["ticks"] == 30 and summary["missed_ticks"] == skipped >= 2
+    deadlines = np.array([t.time_ns - t.lateness_ns for t in ticks])
+    steps = np.diff(deadlines - deadlines[0])
+    assert np.all(steps % 10_000_000 == 0)  # every deadline on the 10 ms grid, whatever the ticks took
+    np.testing.assert_array_equal(steps // 10_000_000 - 1, [t.missed for t in ticks[1:]])
+    assert summary["ticks"] == 30 and summary["missed_ticks"] == sum(t.missed for t in ticks) >= 2
+    assert ticks[11].missed >= 2 and all(t.lateness_ns >= 0 for t in ticks)
     assert stats_msgs and np.all(car.last_command() == 0)  # stop message last
     runner.swap_policy(ConstantPolicy([float("inf"), 0.0]))
 

@@ -68,7 +68,7 @@ class ArmAdapter(RobotAdapter):
         self.high = _per_joint(cfg, "high", n, np.inf)
         if np.any(self.scale <= 0) or np.any(self.low >= self.high):
             raise ConfigError("adapter.scale must be > 0 and low < high for every joint")
-        if self.mode == "position" and np.any(self.absolute & ~np.isfinite(self.low + self.high)):
+        if self.mode == "position" and np.any(self.absolute & ~(np.isfinite(self.low) & np.isfinite(self.high))):
             raise ConfigError("absolute joints need finite low and high")
         self.reset()
 

@@ -229,7 +229,7 @@ class RcCarAdapter(RobotAdapter):
         else:
             steering = 0.0 if self.recovery_steering == "straight" else float(self.recovery_steering)
         self.recovery_action = np.array([steering, self.recovery_throttle])
-        self.recovery_until_ns = now_ns + int(self.recovery_duration * 1e9)
+        self.recovery_until_ns = now_ns + round((self.recovery_duration + 1 / self.rate_hz) * 1e9)
         self.event = event
         self.counts[event] += 1
         self.stuck.clear()

@@ -1,0 +1,287 @@
+"""A fake RC car: robolearn's ``rc-car-track`` simulation behind the real car's ROS 2 topics.
+
+It publishes ``/odom`` (nav_msgs/Odometry) and ``/imu`` (sensor_msgs/Imu) and obeys ``/ackermann_cmd``
+(ackermann_msgs/AckermannDriveStamped) on any transport, so the whole loop (runner, safety, recorder, actor)
+runs on one machine, and any ROS 2 node or DDS participant using the ROS 2 mapping can drive and read it.
+
+    robolearn fake-robot robot=rc_car transport=dds rate_hz=50 seed=0
+
+Each control period (absolute deadlines) it steps the task (C backend, one env, ``ctrl_dt = 1 / rate_hz``)
+with the latest command held, then publishes the state:
+
+- Odometry: pose in the track's frame (the ``odom`` frame; the course's checkpoints are the track's), twist in
+  ``base_link``: the velocimeter and gyro at the car's centre.
+- Imu: the body orientation, the gyro, and the specific force a real accelerometer reads (REP-145: gravity
+  included, +9.81 z when level): the task's acceleration (mean over the control period) plus gravity.
+
+Commands: ``steering = steering_angle / steering_scale`` (rad; +left as in the sim); the drive field is the raw
+throttle in [-1, 1] (``throttle=passthrough``, matching the runner's ``speed_scale: 1``) or a speed in m/s
+tracked by a feed-forward + proportional controller (``throttle=speed``). A command older than ``cmd_timeout``
+seconds cuts the throttle (an ESC watchdog); steering holds. Crashes and roll-overs reset the car to a start
+position (the task's auto-reset; think of a person putting it back); being stuck does not (the runner's
+recovery handles that).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import logging
+import math
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from real import msgs
+from real.robots.course import Course
+from real.robots.rc_car import GRAVITY, quat_matrix
+from real.timing import next_deadline, sleep_until
+from real.transport import Transport
+from robolearn.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+SIM_DT = 0.005  # the task's physics step: the control period must be a multiple of it
+
+
+@dataclasses.dataclass
+class FakeCarConfig:
+    """Settings of the fake RC car (every one a ``key=value`` of ``robolearn fake-robot``)."""
+
+    rate_hz: float = 50.0  # control and publish rate
+    odom_topic: str = "/odom"
+    imu_topic: str = "/imu"
+    cmd_topic: str = "/ackermann_cmd"
+    sensor_qos: str = "sensor_data"
+    cmd_qos: str = "default"
+    odom_frame: str = "odom"
+    base_frame: str = "base_link"
+    steering_scale: float = 0.45  # rad at full steering (the sim's MAX_STEER)
+    throttle: str = "passthrough"  # passthrough (drive field = raw throttle) | speed (m/s, tracked)
+    speed_gain: float = 0.5  # throttle per m/s of speed error (throttle=speed)
+    cmd_timeout: float = 0.5  # s without a command -> throttle 0
+    seed: int = 0
+    track: str = "circuit"
+    domain_randomization: bool = True
+    random_start: bool = True
+
+    def __post_init__(self) -> None:
+        substeps = 1.0 / (self.rate_hz * SIM_DT) if self.rate_hz > 0 else 0.0
+        if self.rate_hz <= 0 or abs(substeps - round(substeps)) > 1e-6 or round(substeps) < 1:
+            raise ConfigError(f"fake robot rate_hz must make 1/rate a multiple of {SIM_DT} s (e.g. 20, 50, 100, "
+                              f"200), got {self.rate_hz}")
+        if self.throttle not in ("passthrough", "speed"):
+            raise ConfigError(f"fake robot throttle must be passthrough or speed, got {self.throttle!r}")
+        if self.cmd_timeout <= 0 or self.steering_scale <= 0:
+            raise ConfigError("fake robot cmd_timeout and steering_scale must be > 0")
+
+    @classmethod
+    def from_opts(cls, opts: dict[str, str]) -> FakeCarConfig:
+        """From CLI strings, converted by each field's type."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = set(opts) - set(fields)
+        if unknown:
+            raise ConfigError(f"unknown fake-robot options {sorted(unknown)}; valid: {sorted(fields)}")
+        values: dict[str, Any] = {}
+        for key, text in opts.items():
+            kind = fields[key].type
+            try:
+                if kind == "bool":
+                    values[key] = text.lower() in ("1", "true", "yes")
+                elif kind in ("float", "int"):
+                    values[key] = float(text) if kind == "float" else int(text)
+                else:
+                    values[key] = text
+            except ValueError:
+                raise ConfigError(f"fake-robot {key}={text!r} is not a {kind}") from None
+        return cls(**values)
+
+
+class FakeRcCar:
+    """The simulated car on ``transport``. `step` advances one control period and publishes; `run` loops."""
+
+    def __init__(self, transport: Transport, config: FakeCarConfig | None = None) -> None:
+        import sim
+
+        self.config = cfg = config or FakeCarConfig()
+        self.transport = transport
+        self.env = sim.make("rc-car-track", num_envs=1, backend="mujoco", nthread=1, seed=cfg.seed,
+                            ctrl_dt=1.0 / cfg.rate_hz, episode_length=2**30, stuck_time=1e6, track=cfg.track,
+                            domain_randomization=cfg.domain_randomization, random_start=cfg.random_start)
+        index = self.env.task.index
+        self._velocimeter, self._gyro = index.sensor_slice("velocimeter"), index.sensor_slice("gyro")
+        self.period_ns = round(1e9 / cfg.rate_hz)
+        self.odom_pub = transport.publisher(cfg.odom_topic, msgs.ODOMETRY, cfg.sensor_qos)
+        self.imu_pub = transport.publisher(cfg.imu_topic, msgs.IMU, cfg.sensor_qos)
+        self._lock = threading.Lock()
+        self._command: tuple[float, float, int] | None = None  # steering angle, drive field, receive time
+        self._published: collections.OrderedDict[int, int] = collections.OrderedDict()  # stamp -> publish time
+        self.latency_ns: list[int] = []  # odom publish -> receipt of a command carrying that odom's stamp
+        self.commands = 0
+        self.steps = 0
+        self.resets = 0
+        self.missed = 0
+        self.forward_speed = 0.0
+        self._stop = threading.Event()
+        self.cmd_sub = transport.subscribe(cfg.cmd_topic, msgs.ACKERMANN_DRIVE_STAMPED, self._on_command, cfg.cmd_qos)
+
+    def course(self) -> Course:
+        """The track's checkpoints as a `Course` (the odom frame is the track's frame)."""
+        from sim.tasks.rc_car import GATE_MARGIN
+
+        track = self.env.task.track
+        return Course(track.checkpoints, track.width / 2 + GATE_MARGIN, track.cp_tangent)
+
+    # --- commands ----------------------------------------------------------------------------------------
+
+    def _on_command(self, msg: Any, receive_time_ns: int) -> None:
+        steering, drive = msgs.ackermann_to_array(msg)
+        stamp = msgs.stamp_ns(msg.header.stamp)
+        with self._lock:
+            self._command = (float(steering), float(drive), receive_time_ns)
+            self.commands += 1
+            published = self._published.get(stamp) if stamp else None
+            if published is not None:
+                self.latency_ns.append(receive_time_ns - published)
+
+    def action(self, now_ns: int) -> np.ndarray:
+        """The sim action ``[steering, throttle]`` for the latest command at ``now_ns``."""
+        with self._lock:
+            command = self._command
+        if command is None:
+            return np.zeros(2)
+        steering_angle, drive, received = command
+        steering = float(np.clip(steering_angle / self.config.steering_scale, -1.0, 1.0))
+        if now_ns - received > self.config.cmd_timeout * 1e9:
+            return np.array([steering, 0.0])  # the ESC watchdog: no fresh command, no throttle
+        if self.config.throttle == "passthrough":
+            throttle = drive
+        else:
+            from sim.tasks.rc_car import TOP_SPEED
+
+            throttle = drive / TOP_SPEED + self.config.speed_gain * (drive - self.forward_speed)
+        return np.array([steering, float(np.clip(throttle, -1.0, 1.0))])
+
+    # --- stepping ----------------------------------------------------------------------------------------
+
+    def step(self, now_ns: int | None = None) -> dict[str, np.ndarray]:
+        """Apply the current command for one control period, then publish /odom and /imu; returns the state."""
+        import torch
+
+        now = self.transport.now() if now_ns is None else now_ns
+        action = self.action(now)
+        _, _, dones, _ = self.env.step(torch.as_tensor(action, dtype=torch.float32)[None])
+        if bool(dones[0]):
+            self.resets += 1
+            log.info("fake car crashed or rolled over: reset to a start position (%d so far)", self.resets)
+        self.steps += 1
+        state = self.state()
+        self.publish(state)
+        return state
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Pose, body velocities and accelerometer reading of the simulated car."""
+        data = self.env.state.data
+        qpos = np.asarray(data.qpos, dtype=np.float64)[0]
+        sensors = np.asarray(data.sensordata, dtype=np.float64)[0]
+        w, x, y, z = qpos[3:7]
+        rotation = quat_matrix(x, y, z, w)
+        yaw = math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+        ax, ay = np.asarray(self.env.state.info["accel"], dtype=np.float64)[0]  # level heading frame, period mean
+        accel_world = np.array([math.cos(yaw) * ax - math.sin(yaw) * ay, math.sin(yaw) * ax + math.cos(yaw) * ay,
+                                GRAVITY])
+        velocity = sensors[self._velocimeter]
+        self.forward_speed = float(velocity[0])
+        return {"position": qpos[0:3], "orientation": np.array([x, y, z, w]), "velocity": velocity,
+                "gyro": sensors[self._gyro], "specific_force": rotation.T @ accel_world}
+
+    def publish(self, state: dict[str, np.ndarray]) -> None:
+        cfg = self.config
+        stamp = time.time_ns()
+        odom = msgs.odometry_from_array(np.concatenate([state["position"], state["orientation"], state["velocity"],
+                                                        state["gyro"]]), stamp, cfg.odom_frame, cfg.base_frame)
+        imu = msgs.imu_from_array(np.concatenate([state["orientation"], state["gyro"], state["specific_force"]]),
+                                  stamp, cfg.base_frame)
+        with self._lock:
+            self._published[stamp] = self.transport.now()
+            while len(self._published) > 256:
+                self._published.popitem(last=False)
+        self.odom_pub.publish(odom)
+        self.imu_pub.publish(imu)
+
+    def run(self, duration: float | None = None) -> None:
+        """Step and publish every period on absolute deadlines until `stop` or ``duration`` seconds."""
+        self._stop.clear()
+        deadline = self.transport.now()
+        end = None if duration is None else deadline + int(duration * 1e9)
+        while not self._stop.is_set() and (end is None or deadline < end):
+            sleep_until(deadline, self.transport.now)
+            self.step()
+            deadline, missed = next_deadline(deadline, self.transport.now(), self.period_ns)
+            self.missed += missed
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def summary(self) -> dict[str, Any]:
+        """Counters and the odom -> command latencies (ms), for logs and the benchmark."""
+        with self._lock:
+            latency = np.asarray(self.latency_ns, dtype=np.float64) / 1e6
+        out: dict[str, Any] = {"steps": self.steps, "commands": self.commands, "resets": self.resets,
+                               "missed": self.missed, "latency_samples": int(latency.size)}
+        if latency.size:
+            out.update(latency_p50_ms=float(np.percentile(latency, 50)),
+                       latency_p99_ms=float(np.percentile(latency, 99)), latency_max_ms=float(latency.max()))
+        return out
+
+    def close(self) -> None:
+        self.stop()
+        self.cmd_sub.close()
+        self.env.close()
+
+
+def cmd_fake_robot(opts: dict[str, str]) -> int:
+    """`robolearn fake-robot robot=rc_car [transport=auto|dds|rclpy] [domain_id=N] [duration=s]
+    [stats_out=file.json] [FakeCarConfig fields, e.g. rate_hz=100 seed=1 track=oval]`."""
+    from real.transport import make_transport
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    opts = dict(opts)
+    robot = opts.pop("robot", "rc_car")
+    if robot != "rc_car":
+        raise ConfigError(f"the fake robot simulates robot=rc_car only, got {robot!r}")
+    kind = opts.pop("transport", "auto")
+    domain_id = int(opts.pop("domain_id")) if opts.get("domain_id") not in (None, "", "null") else None
+    opts.pop("domain_id", None)
+    duration = float(opts.pop("duration")) if "duration" in opts else None
+    stats_out = opts.pop("stats_out", None)
+    config = FakeCarConfig.from_opts(opts)
+    if kind == "memory":
+        raise ConfigError("the fake robot needs a transport other processes can reach: dds, rclpy or auto")
+    try:
+        transport = make_transport(kind, domain_id)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    car: FakeRcCar | None = None
+    previous = signal.signal(signal.SIGTERM, lambda *_: car.stop() if car is not None else None)
+    with transport:
+        car = FakeRcCar(transport, config)
+        print(f"fake rc car ready: {config.rate_hz:g} Hz, {config.odom_topic} {config.imu_topic} -> "
+              f"{config.cmd_topic}", flush=True)
+        try:
+            car.run(duration)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            car.close()
+            signal.signal(signal.SIGTERM, previous)
+            summary = car.summary()
+            log.info("fake car: %s", summary)
+            if stats_out:
+                Path(stats_out).write_text(json.dumps({**summary, "latency_ms": [v / 1e6 for v in car.latency_ns]}))
+    return 0
