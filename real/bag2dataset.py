@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from real import msgs
-from real.dataset import Episode, save_episodes
 from real.recorder import DONE_TERMINATED, RL_TOPICS
+from robolearn.data.episodes import Episode, save_episodes
 from robolearn.errors import ConfigError, DatasetError
 
 # whole-message vectors for the common types (see real.msgs.convert for the orders)

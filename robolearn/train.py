@@ -62,7 +62,7 @@ def _off_policy_config(algo_cfg: dict[str, Any]):
 
     config_class = TD3Config if algo_cfg["name"] == "td3" else SACConfig
     fields = {f.name for f in dataclasses.fields(config_class)}
-    runner_keys = {"name", "recipe", "steps_per_iteration", "num_envs", "env_steps"}
+    runner_keys = {"name", "recipe", "steps_per_iteration", "num_envs", "env_steps", "offline_data"}
     unknown = set(algo_cfg) - fields - runner_keys
     if unknown:
         raise ConfigError(f"unknown {algo_cfg['name']} settings {sorted(unknown)}; "
@@ -161,14 +161,42 @@ def _runner(env: Any, cfg: dict[str, Any], run_dir: Path, seed: int):
         from robolearn.runners.off_policy import OffPolicyRunner
 
         learner = TD3 if cfg["algo"]["name"] == "td3" else SAC
-        algo = learner.for_env(env, _off_policy_config(cfg["algo"]), device)
+        algo_cfg = _off_policy_config(cfg["algo"])
+        algo = learner.for_env(env, algo_cfg, device)
+        offline = _offline_buffer(cfg["algo"].get("offline_data"), env, algo_cfg, device)
         return OffPolicyRunner(env, algo, run_dir, cfg, seed=seed, progress=cfg["progress"],
-                               steps_per_iteration=int(cfg["algo"]["steps_per_iteration"]))
+                               steps_per_iteration=int(cfg["algo"]["steps_per_iteration"]), offline=offline)
     from robolearn.algos.ppo import PPO
     from robolearn.runners.on_policy import OnPolicyRunner
 
     algo = PPO.for_env(env, _ppo_config(cfg["algo"]), device)
     return OnPolicyRunner(env, algo, run_dir, cfg, seed=seed, progress=cfg["progress"])
+
+
+def _offline_buffer(path: str | None, env: Any, algo_cfg: Any, device: torch.device):
+    """The offline dataset (`algo.offline_data`, a robolearn episode folder) as a replay buffer, or None.
+
+    Its observations must be the env's `"policy"` observations (same size); batches then mix it in at
+    `algo.offline_ratio` (RLPD's and SERL's 50/50). Without a dataset every batch is online.
+    """
+    if not path:
+        if algo_cfg.offline_ratio > 0:
+            print(f"note: offline_ratio {algo_cfg.offline_ratio} but no algo.offline_data: every batch is online")
+        return None
+    from robolearn.data.episodes import load_episodes, to_replay_buffer
+
+    episodes, _ = load_episodes(path)
+    obs_dim, act_dim = episodes[0].observations.shape[1], episodes[0].actions.shape[1]
+    want = env.observation_shapes["policy"][0]
+    if obs_dim != want or act_dim != env.num_actions:
+        raise ConfigError(f"offline data {path} has observations of size {obs_dim} and actions of size {act_dim}; "
+                          f"the env has {want} and {env.num_actions}")
+    if "critic" in env.observation_shapes and env.observation_shapes["critic"] != env.observation_shapes["policy"]:
+        raise ConfigError(f"offline data {path} has policy observations only, but this env's critic reads "
+                          "privileged observations: use a task without a separate critic group")
+    buffer = to_replay_buffer(episodes, device=str(device), n_step=algo_cfg.n_step, gamma=algo_cfg.gamma)
+    print(f"offline data: {len(buffer)} transitions from {len(episodes)} episodes in {path}")
+    return buffer
 
 
 def load_policy(path: str | Path):

@@ -1,4 +1,4 @@
-"""real.recorder, real.bagfile, real.bag2dataset, real.dataset: rosbag2 MCAP recording and episodes from bags.
+"""real.recorder, real.bagfile, real.bag2dataset and robolearn.data.episodes: MCAP recording, episodes from bags.
 
 Bags are read back with rosbags AND with the independent ``mcap`` library. DDS tests stay on 127.0.0.1 with a
 domain id of their own; every wait is bounded.
@@ -22,11 +22,11 @@ from rosbags.rosbag2 import Reader
 from real import msgs
 from real.bag2dataset import ObsSpec, bag_to_episodes
 from real.bagfile import BagError, BagWriter, mcap_complete, repair_bag
-from real.dataset import Episode, load_episodes, save_episodes, to_replay_buffer, to_transitions
 from real.recorder import SAFETY_BITS, Recorder, cmd_bag2dataset, cmd_record, parse_topics, safety_flags
 from real.safety import SafetyInfo
 from real.transport import SENSOR_DATA
 from real.transport.memory import FakeClock, MemoryBus, MemoryTransport
+from robolearn.data.episodes import Episode, load_episodes, save_episodes, to_replay_buffer, to_transitions
 from robolearn.errors import ConfigError, DatasetError
 
 _domains = itertools.count()

@@ -374,11 +374,11 @@ def test_learner_killed_and_restarted_while_actor_keeps_its_rate(tmp_path):
 def test_actor_on_the_policy_runner_ships_what_the_recorder_records(tmp_path, server):
     from real import msgs
     from real.bag2dataset import bag_to_episodes
-    from real.dataset import to_transitions
     from real.deploy import compose_deploy
     from real.recorder import Recorder
     from real.rl.actor import run_actor
     from real.transport.memory import MemoryBus, MemoryTransport
+    from robolearn.data.episodes import to_transitions
 
     srv = server()
     policy = SampledPolicy(10, 2, (32, 32))

@@ -120,3 +120,28 @@ def test_td3_trains_from_the_cli(tmp_path):
     assert rows[-1]["updates"] == 200 and "actor_loss" in rows[-1]
     policy, _ = load_policy(run / "checkpoints" / "final")
     assert policy({"policy": torch.zeros(3, 3)}).abs().max() <= 1.0
+
+
+def test_offline_data_from_an_episode_folder(tmp_path, capsys):
+    """`algo.offline_data` loads a robolearn episode folder into the offline buffer; a size mismatch is an error."""
+    import numpy as np
+
+    from robolearn.data.episodes import Episode, save_episodes
+
+    rng = np.random.default_rng(0)
+    episodes = [Episode(observations=rng.normal(size=(51, 3)), actions=rng.uniform(-1, 1, (50, 1)),
+                        rewards=rng.uniform(size=50), terminations=np.zeros(50, bool),
+                        truncations=np.eye(50, dtype=bool)[-1]) for _ in range(2)]
+    save_episodes(tmp_path / "data", episodes)
+    common = ["env=pendulum-swingup", "progress=false", "video=false", "algo.env_steps=200",
+              "algo.learning_starts=100", "algo.batch_size=32", "algo.num_envs=2", "algo.actor_hidden=[16]",
+              "algo.critic_hidden=[16]", "algo.num_critics=3", "algo.steps_per_iteration=50", "algo.utd_ratio=1",
+              "+env.overrides.episode_length=50"]
+    run = train(["algo=rlpd", f"run_dir={tmp_path / 'run'}", f"algo.offline_data={tmp_path / 'data'}", *common])
+    assert "offline data: 100 transitions from 2 episodes" in capsys.readouterr().out
+    assert json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["updates"] == 100
+    wide = Episode(observations=np.zeros((3, 5)), actions=np.zeros((2, 1)), rewards=np.zeros(2),
+                   terminations=np.zeros(2, bool), truncations=np.array([False, True]))
+    save_episodes(tmp_path / "wide", [wide])
+    with pytest.raises(Exception, match="observations of size 5"):
+        train(["algo=rlpd", f"run_dir={tmp_path / 'bad'}", f"algo.offline_data={tmp_path / 'wide'}", *common])

@@ -21,7 +21,7 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load, save
 
-from real.dataset import safetensors_metadata
+from robolearn.data.episodes import safetensors_metadata
 from robolearn.errors import RobolearnError
 
 MAX_MESSAGE = 4 * 1024 * 1024

@@ -2,8 +2,9 @@
 
 This is robolearn's in-memory episode format (T+1 observations, T actions/rewards, termination and
 truncation flags per step) written without pickle, so a dataset is readable by any safetensors tool.
-It knows nothing about ROS (numpy, safetensors and json only; torch only in `to_replay_buffer`), so the
-data issue can move it to ``robolearn/data/`` unchanged.
+numpy, safetensors and json only (torch only in `to_replay_buffer`): `real/` writes it from robot
+bags (`robolearn bag2dataset`), and the off-policy trainer reads it as offline data
+(`algo.offline_data=<folder>`).
 
 Episode file tensors::
 
