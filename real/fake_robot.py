@@ -122,6 +122,7 @@ class FakeRcCar:
         self._command: tuple[float, float, int] | None = None  # steering angle, drive field, receive time
         self._published: collections.OrderedDict[int, int] = collections.OrderedDict()  # stamp -> publish time
         self.latency_ns: list[int] = []  # odom publish -> receipt of a command carrying that odom's stamp
+        self.latency_stamps: list[int] = []  # the odom header stamp of each latency sample
         self.commands = 0
         self.steps = 0
         self.resets = 0
@@ -148,6 +149,7 @@ class FakeRcCar:
             published = self._published.get(stamp) if stamp else None
             if published is not None:
                 self.latency_ns.append(receive_time_ns - published)
+                self.latency_stamps.append(stamp)
 
     def action(self, now_ns: int) -> np.ndarray:
         """The sim action ``[steering, throttle]`` for the latest command at ``now_ns``."""
@@ -283,5 +285,6 @@ def cmd_fake_robot(opts: dict[str, str]) -> int:
             summary = car.summary()
             log.info("fake car: %s", summary)
             if stats_out:
-                Path(stats_out).write_text(json.dumps({**summary, "latency_ms": [v / 1e6 for v in car.latency_ns]}))
+                Path(stats_out).write_text(json.dumps({**summary, "latency_ms": [v / 1e6 for v in car.latency_ns],
+                                                       "latency_stamps": car.latency_stamps}))
     return 0

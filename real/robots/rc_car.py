@@ -72,17 +72,22 @@ def _orientation(q: Any, covariance: Any = None) -> tuple[float, float, float, f
     return None if not 0.5 < norm < 1.5 else tuple(xyzw / norm)
 
 
-def level_acceleration(imu: Any, fallback: tuple[float, float, float, float] | None) -> np.ndarray:
-    """An Imu's linear acceleration minus gravity, in the level heading frame: ``[ax, ay]`` (m/s^2)."""
+def level_acceleration(imu: Any, fallback: tuple[float, float, float, float] | None) -> tuple[float, float]:
+    """An Imu's linear acceleration minus gravity, in the level heading frame: ``(ax, ay)`` (m/s^2).
+
+    Only the world x, y rows of the rotation matter (gravity is along z), so those are computed with plain
+    floats: this runs for every IMU message of every tick.
+    """
     a = imu.linear_acceleration
-    f = np.array([a.x, a.y, a.z], dtype=np.float64)
     q = _orientation(imu.orientation, imu.orientation_covariance) or fallback
     if q is None:  # assume level
-        return f[:2].copy()
-    world = quat_matrix(*q) @ f - np.array([0.0, 0.0, GRAVITY])
-    yaw = quat_yaw(*q)
+        return float(a.x), float(a.y)
+    x, y, z, w = q
+    wx = (1 - 2 * (y * y + z * z)) * a.x + 2 * (x * y - w * z) * a.y + 2 * (x * z + w * y) * a.z
+    wy = 2 * (x * y + w * z) * a.x + (1 - 2 * (x * x + z * z)) * a.y + 2 * (y * z - w * x) * a.z
+    yaw = quat_yaw(x, y, z, w)
     c, s = math.cos(yaw), math.sin(yaw)
-    return np.array([c * world[0] + s * world[1], -s * world[0] + c * world[1]])
+    return c * wx + s * wy, -s * wx + c * wy
 
 
 class StuckDetector:
@@ -196,12 +201,11 @@ class RcCarAdapter(RobotAdapter):
         imu = snapshot[self.imu_input]
         period = imu.period or ([imu.msg] if imu.msg is not None else [])
         if period:
-            accel = np.mean([level_acceleration(m, pose_q) for m in period], axis=0)
-            out.update(accel_x=accel[0], accel_y=accel[1])
-            raw = np.array([[m.linear_acceleration.x, m.linear_acceleration.y, m.linear_acceleration.z]
-                            for m in period])
-            self.crash_seen = bool(np.any(raw[:, 2] < self.inverted_accel_z)
-                                   or np.any(np.hypot(raw[:, 0], raw[:, 1]) > self.max_horizontal_accel))
+            accels = [level_acceleration(m, pose_q) for m in period]
+            out.update(accel_x=sum(a[0] for a in accels) / len(accels), accel_y=sum(a[1] for a in accels) / len(accels))
+            raw = [m.linear_acceleration for m in period]
+            self.crash_seen = any(a.z < self.inverted_accel_z or math.hypot(a.x, a.y) > self.max_horizontal_accel
+                                  for a in raw)
         return out
 
     def override(self, now_ns: int) -> tuple[np.ndarray, str] | None:
