@@ -20,6 +20,7 @@ Reference (docs/references real-ros2.md, plain Cyclone DDS Python on 2 cores): T
 from __future__ import annotations
 
 import argparse
+import collections
 import importlib.metadata
 import json
 import os
@@ -123,11 +124,16 @@ def main() -> None:
     window = [t for t in ticks if t[0] >= cutoff]
     period = [t[1] / 1e6 for t in window if t[1]]
     nominal = 1e3 / args.rate
-    by_stamp = {t[4]: t for t in window if t[4] and t[6] != "stale"}
+    by_stamp: dict[int, collections.deque] = collections.defaultdict(collections.deque)
+    for t in ticks:  # a late odometry answered by two ticks: both commands carry its stamp, in tick order
+        if t[4]:
+            by_stamp[t[4]].append(t)
     e2e, wait, compute, transport_ms = [], [], [], []
     for stamp, latency in zip(fake["latency_stamps"], fake["latency_ms"], strict=True):
-        tick = by_stamp.get(stamp)
-        if tick is None:
+        if not by_stamp[stamp]:
+            continue
+        tick = by_stamp[stamp].popleft()
+        if tick[0] < cutoff or tick[6] == "stale":
             continue
         e2e.append(latency)
         wait.append((tick[0] - tick[5]) / 1e6)
