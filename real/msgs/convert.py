@@ -99,7 +99,8 @@ def joint_state_from_arrays(
     frame_id: str = "",
 ) -> object:
     """sensor_msgs/msg/JointState; each of position/velocity/effort is empty or one value per name."""
-    arrays = [np.asarray(a, dtype=np.float64).reshape(-1) for a in (position, velocity, effort)]
+    # contiguous copies: the CDR serializer writes raw buffers (a strided view would fail to serialize)
+    arrays = [np.ascontiguousarray(np.asarray(a, dtype=np.float64).reshape(-1)) for a in (position, velocity, effort)]
     for label, arr in zip(("position", "velocity", "effort"), arrays, strict=True):
         if arr.size not in (0, len(names)):
             raise ValueError(f"JointState {label} has {arr.size} values for {len(names)} joints")
