@@ -4,14 +4,21 @@ Ticks are the timestamps of ``/rl/action_raw``; every other ``/rl/*`` message of
 At each tick the observation is either the policy's own vector (``/rl/observation``, the default when it was
 recorded) or a concatenation of robot topics and fields, each the latest message received at or before the
 tick (`ObsSpec`, e.g. ``/odom:twist.twist.linear.x`` or a whole ``/imu``). A tick is unusable when an input
-has not arrived yet or is older than ``max_age``; it ends the episode in progress (truncated).
+has not arrived yet or is older than ``max_age``, when its observation is not finite, or when its recorded
+reward is not finite; it ends the episode in progress (truncated) without being part of it.
+
+A tick is not learning data when a stop replaced its action (``/rl/safety`` has the e-stop, stale or
+non-finite bit) or its ``/rl/mode`` is not a learning mode (e.g. a recovery manoeuvre). As the actor does
+(`real.rl.actor`), such a tick ends the episode in progress as its last observation (truncated) and never
+starts or continues one: its action is never a training step.
 
 Episodes: consecutive usable ticks with one ``/rl/episode`` id (all one episode when none was recorded).
 An episode ends at a tick whose ``/rl/done`` says terminated or truncated, when the id changes, at an
-unusable tick, and at the end of the bag (the last three truncate). With ticks k_0..k_T the episode has
-observations at all T+1 ticks, actions (the sent ``/rl/command``; the policy's ``/rl/action_raw`` in the
-``raw_actions`` extra) and interventions at k_0..k_{T-1}, and rewards from ``/rl/reward`` at k_1..k_T
-(the reward of the step that ended at that tick; NaN where none was recorded).
+unusable or non-learning tick, and at the end of the bag (all truncate except a recorded "terminated").
+With ticks k_0..k_T the episode has observations at all T+1 ticks, actions (the sent ``/rl/command``; the
+policy's ``/rl/action_raw`` in the ``raw_actions`` extra) and interventions at k_0..k_{T-1}, and rewards
+from ``/rl/reward`` at k_1..k_T (the reward of the step that ended at that tick; NaN where none was
+recorded).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from real import msgs
-from real.recorder import DONE_TERMINATED, RL_TOPICS
+from real.recorder import DONE_TERMINATED, DONE_TRUNCATED, LEARN_MODES, RL_TOPICS, SAFETY_STOPPED
 from robolearn.data.episodes import Episode, save_episodes
 from robolearn.errors import ConfigError, DatasetError
 
@@ -130,8 +137,10 @@ def _read(bag: Path, topics: set[str]) -> tuple[dict[str, _Series], dict[str, st
     return series, types
 
 
-def bag_to_episodes(bag: str | Path, obs: Sequence[ObsSpec | str] = (), max_age: float | None = None) -> list[Episode]:
-    """Episodes from a bag recorded with `Recorder.record_tick` (see the module docstring)."""
+def bag_to_episodes(bag: str | Path, obs: Sequence[ObsSpec | str] = (), max_age: float | None = None,
+                    learn_modes: Sequence[str] = LEARN_MODES) -> list[Episode]:  # fmt: skip
+    """Episodes from a bag recorded with `Recorder.record_tick` (see the module docstring); ``learn_modes``: the
+    ``/rl/mode`` values that are learning data (ticks recorded without a mode count as learning)."""
     bag = Path(bag)
     specs = [s if isinstance(s, ObsSpec) else ObsSpec.parse(s) for s in obs]
     series, types = _read(bag, set(RL_TOPICS) | {s.topic for s in specs})
@@ -164,8 +173,14 @@ def bag_to_episodes(bag: str | Path, obs: Sequence[ObsSpec | str] = (), max_age:
         "done": np.array(per_tick("/rl/done", lambda m: int(m.data), 0)),
         "safety": np.array(per_tick("/rl/safety", lambda m: int(m.data), 0), dtype=np.uint32),
     }
+    usable &= np.all(np.isfinite(observations), axis=1)
+    usable &= np.isfinite(data["reward"]) | ~np.array(per_tick("/rl/reward", lambda m: True, False), dtype=bool)
+    modes = per_tick("/rl/mode", lambda m: str(m.data), None)
+    learning = np.array([m is None or m in learn_modes for m in modes], dtype=bool)
+    learning &= (data["safety"] & SAFETY_STOPPED) == 0
     meta = {"source": str(bag), "observation_inputs": names, "observation_dim": int(observations.shape[1])}
-    return [_episode(segment, code, ticks, observations, data, meta) for segment, code in _segments(usable, data)]
+    segments = _segments(usable, learning, data)
+    return [_episode(segment, code, ticks, observations, data, meta) for segment, code in segments]
 
 
 def _array(msg: Any) -> np.ndarray:
@@ -203,7 +218,7 @@ def _sample(specs: Sequence[ObsSpec], series: dict[str, _Series], types: dict[st
     return np.concatenate(columns, axis=1).astype(np.float32), usable, names
 
 
-def _segments(usable: np.ndarray, data: dict[str, np.ndarray]) -> list[tuple[list[int], int]]:
+def _segments(usable: np.ndarray, learning: np.ndarray, data: dict[str, np.ndarray]) -> list[tuple[list[int], int]]:
     """(tick indices, done code of the last tick) of each episode."""
     out, current = [], []
     episode, done = data["episode"], data["done"]
@@ -212,6 +227,11 @@ def _segments(usable: np.ndarray, data: dict[str, np.ndarray]) -> list[tuple[lis
             out.append((current, 0))
             current = []
         if not usable[i] or episode[i] < 0:
+            continue
+        if not learning[i]:  # a stop or a manoeuvre: the last observation of the episode in progress, if any
+            if current:
+                out.append(([*current, i], DONE_TRUNCATED))
+                current = []
             continue
         current.append(i)
         if done[i]:
@@ -246,7 +266,8 @@ def _flag(value: str, name: str) -> bool:
 
 
 def cmd_bag2dataset(opts: dict[str, str]) -> int:
-    """``robolearn bag2dataset bag=<bag> out=<folder> [obs=/topic[:field],...] [max_age=s] [repair=true]``."""
+    """``robolearn bag2dataset bag=<bag> out=<folder> [obs=/topic[:field],...] [max_age=s] [repair=true]
+    [modes=policy,teleop]``."""
     from real.bagfile import mcap_complete, repair_bag
 
     opts = dict(opts)
@@ -260,15 +281,16 @@ def cmd_bag2dataset(opts: dict[str, str]) -> int:
     except ValueError as e:
         raise ConfigError(f"max_age must be seconds: {e}") from e
     repair = _flag(opts.pop("repair", "true"), "repair")
+    modes = [m.strip() for m in opts.pop("modes", ",".join(LEARN_MODES)).split(",") if m.strip()]
     if opts:
-        raise ConfigError(f"unknown bag2dataset options {sorted(opts)}; valid: bag, out, obs, max_age, repair")
+        raise ConfigError(f"unknown bag2dataset options {sorted(opts)}; valid: bag, out, obs, max_age, repair, modes")
     if not bag.is_dir():
         raise ConfigError(f"bag={bag} is not a rosbag2 folder")
     broken = not (bag / "metadata.yaml").is_file() or not all(mcap_complete(f) for f in bag.glob("*.mcap"))
     if broken and repair:
         for name, count in repair_bag(bag).items():
             print(f"repaired {name} (recorder did not close it): {count} messages recovered")
-    episodes = bag_to_episodes(bag, specs, max_age)
+    episodes = bag_to_episodes(bag, specs, max_age, modes)
     if not episodes:
         raise DatasetError(f"{bag} holds no episode of 2 or more usable ticks")
     save_episodes(out, episodes, {"source": str(bag), "observation_inputs": episodes[0].metadata["observation_inputs"]})

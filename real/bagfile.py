@@ -9,7 +9,10 @@ Crash safety. `BagWriter.flush` ends the MCAP chunk in progress and hands it to 
 ``kill -9`` everything up to the last flush is in the file; a file is complete (summary, footer) only once
 it is split off or closed, and ``metadata.yaml`` is rewritten at every split and at close. `repair_bag`
 turns what a killed recorder left (a file without footer, stale ``metadata.yaml``) into a complete bag,
-keeping every whole chunk (``ros2 bag reindex`` plus ``mcap recover`` in one step).
+keeping every whole chunk (``ros2 bag reindex`` plus ``mcap recover`` in one step). While a `BagWriter`
+has the bag open it holds an exclusive ``flock`` on ``<bag>/.recording`` (released by the kernel when the
+process dies), and `repair_bag` refuses to touch a bag whose lock is held: replacing the file under a live
+recorder would lose everything it writes afterwards.
 
 The ``mcap`` library writes the files; ``rosbags`` supplies message definitions and the QoS format.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import importlib.util
 import io
 import logging
@@ -42,6 +46,7 @@ from robolearn.errors import RobolearnError
 log = logging.getLogger(__name__)
 
 VERSION = 9
+LOCK_FILE = ".recording"  # flock'ed by the BagWriter that has the bag open; holds its pid
 COMPRESSIONS = {"none": CompressionType.NONE, "lz4": CompressionType.LZ4, "zstd": CompressionType.ZSTD}
 
 
@@ -119,6 +124,10 @@ class BagWriter:
         if self.path.exists():
             raise BagError(f"{self.path} exists already; a recording never overwrites one")
         self.path.mkdir(parents=True)
+        self._lock = open(self.path / LOCK_FILE, "w")  # held (and locked) until close
+        fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new folder: nobody else can hold it
+        self._lock.write(f"{os.getpid()}\n")
+        self._lock.flush()
         self.max_bytes, self.max_duration = max_bytes, max_duration
         self.compression, self.chunk_size = compression, chunk_size
         self.custom_data = dict(custom_data or {})
@@ -207,8 +216,12 @@ class BagWriter:
         if self.closed:
             return
         self.closed = True
-        self._close_file()
-        self._write_metadata()
+        try:
+            self._close_file()
+            self._write_metadata()
+        finally:
+            (self.path / LOCK_FILE).unlink(missing_ok=True)
+            self._lock.close()  # releases the flock
 
     def __enter__(self) -> BagWriter:
         return self
@@ -309,12 +322,30 @@ def _salvage(path: Path) -> tuple[dict[int, Schema], dict[int, Channel], list[Me
     return schemas, channels, messages
 
 
+def recording_pid(path: str | Path) -> str | None:
+    """The pid noted by the `BagWriter` that has the bag at ``path`` open right now (its lock is held), else None."""
+    try:
+        lock = open(Path(path) / LOCK_FILE)
+    except FileNotFoundError:
+        return None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return lock.read().strip() or "?"
+        return None  # a lock file left by a killed recorder (closing the file drops our lock)
+
+
 def repair_bag(path: str | Path) -> dict[str, int]:
     """Make a bag left by a killed recorder readable: rewrite each MCAP file without footer from its whole
     records, then rebuild ``metadata.yaml`` from the files. Returns ``{file name: messages recovered}`` for
-    the files it rewrote. A complete bag is left as it is (only ``metadata.yaml`` is rebuilt).
+    the files it rewrote. A complete bag is left as it is (only ``metadata.yaml`` is rebuilt). Refuses a bag
+    that a recorder still has open.
     """
     folder = Path(path)
+    pid = recording_pid(folder)
+    if pid is not None:
+        raise BagError(f"{folder} is still being recorded (process {pid}); stop that recorder before repairing")
     files = sorted(folder.glob("*.mcap"), key=lambda p: (len(p.name), p.name))
     if not files:
         raise BagError(f"{folder} holds no .mcap files; not an MCAP rosbag2 bag")
@@ -343,6 +374,7 @@ def repair_bag(path: str | Path) -> dict[str, int]:
             old = YAML(typ="safe").load((folder / "metadata.yaml").read_text())
             custom_data = old["rosbag2_bagfile_information"].get("custom_data")
     write_metadata(folder, _rebuild_info(files, custom_data))
+    (folder / LOCK_FILE).unlink(missing_ok=True)  # left by the killed recorder
     return repaired
 
 

@@ -2,12 +2,13 @@
 
 `Recorder` subscribes to robot topics with ``subscribe_raw`` and stores their CDR bytes unchanged; the
 control loop calls `Recorder.record_tick` once per tick with the raw policy action, the command that was
-sent, the intervention flag and the policy version (optionally reward, episode, done, safety flags and
-the policy's observation). Each tick becomes messages on the ``/rl/*`` topics below, all stamped with the
-tick time, so `real.bag2dataset` can rebuild episodes at exactly the control ticks.
+sent, the intervention flag and the policy version (optionally reward, episode, done, safety flags, the
+runner's mode and the policy's observation). Each tick becomes messages on the ``/rl/*`` topics below, all
+stamped with the tick time, so `real.bag2dataset` can rebuild episodes at exactly the control ticks.
 
-Nothing here blocks the caller on disk: callbacks and `record_tick` only enqueue (a full queue drops and
-counts), and one writer thread serializes, writes and flushes every ``flush_interval`` seconds. What
+Nothing here blocks the caller on disk: callbacks and `record_tick` only enqueue (a full queue, by message
+count or by bytes, drops and counts), and one writer thread serializes, writes and flushes every
+``flush_interval`` seconds; it also finishes the bag, so a writer stuck on a dead disk is never raced. What
 survives a ``kill -9``: every message older than the last flush (at most ``flush_interval`` old) and every
 split-off file; run `real.bagfile.repair_bag` (``robolearn bag2dataset`` does it) to get a complete bag.
 On return, exception, Ctrl-C (and SIGTERM where the caller turns it into SystemExit, as
@@ -26,12 +27,13 @@ CLI (dispatched by `robolearn.cli`)::
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import queue
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +42,7 @@ from numpy.typing import ArrayLike
 
 from real import msgs
 from real.bagfile import BagWriter
-from real.transport.base import DEFAULT, QoS, Subscription, Transport, resolve_qos
+from real.transport.base import DEFAULT, PROFILES, QoS, Subscription, Transport, resolve_qos, ros_topic_name
 from robolearn.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -56,11 +58,15 @@ RL_TOPICS: dict[str, str] = {
     "/rl/done": "std_msgs/msg/UInt8",  # DONE_*: this tick's observation ends its episode
     "/rl/safety": "std_msgs/msg/UInt32",  # SAFETY_* bits: what the safety filter did
     "/rl/observation": "std_msgs/msg/Float32MultiArray",  # the policy's observation vector
+    "/rl/mode": "std_msgs/msg/String",  # who decided the command (`real.runner.MODES`: policy, recovery, ...)
 }
+LEARN_MODES = ("policy", "teleop")  # tick modes that are learning data; recovery, stale, estop, fault are not
 DONE_NONE, DONE_TERMINATED, DONE_TRUNCATED = 0, 1, 2
 _DONE_NAMES = {None: DONE_NONE, "terminated": DONE_TERMINATED, "truncated": DONE_TRUNCATED}
 SAFETY_BITS = {"estop": 1, "stale": 2, "intervention": 4, "nonfinite": 8, "clamped": 16, "rate_limited": 32,
                "accel_limited": 64}  # fmt: skip
+SAFETY_STOPPED = SAFETY_BITS["estop"] | SAFETY_BITS["stale"] | SAFETY_BITS["nonfinite"]  # a stop replaced the action
+_ITEM_OVERHEAD = 128  # bytes a queued item costs besides its payload (tuple, ints), roughly
 
 
 def safety_flags(info: Any) -> int:
@@ -91,12 +97,14 @@ class Recorder:
         flush_interval: seconds between chunk flushes (what a kill -9 can lose).
         max_bytes, max_duration, compression: file splitting and chunk compression (see `BagWriter`).
         queue_size: messages waiting for the writer thread before new ones are dropped (and counted).
+        max_queue_bytes: the same bound in bytes (a stalled disk with camera images would fill the memory
+            long before ``queue_size`` messages); an item is counted by its payload plus a little overhead.
     """
 
     def __init__(self, transport: Transport, path: str | Path,
                  topics: Sequence[tuple[str, str, QoS | str | None]] = (), *, clock_offset_ns: int | None = None,
                  flush_interval: float = 1.0, max_bytes: int | None = None, max_duration: float | None = None,
-                 compression: str = "none", queue_size: int = 100_000,
+                 compression: str = "none", queue_size: int = 100_000, max_queue_bytes: int = 256 << 20,
                  custom_data: dict[str, str] | None = None) -> None:  # fmt: skip
         if flush_interval <= 0:
             raise ValueError("flush_interval must be positive")
@@ -106,10 +114,12 @@ class Recorder:
         self.bag = BagWriter(path, max_bytes, max_duration, compression, custom_data=custom_data)
         self.path = self.bag.path
         self.dropped = 0
+        self.max_queue_bytes = max_queue_bytes
+        self.queued_bytes = 0
         self.error: BaseException | None = None
         self.closed = False
-        self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
-        self._lock = threading.Lock()  # dropped counter, topic table
+        self._queue: queue.Queue[tuple[int, tuple]] = queue.Queue(maxsize=queue_size)  # (bytes, item)
+        self._lock = threading.Lock()  # dropped and queued_bytes counters, topic table
         self._qos: dict[str, tuple[str, QoS]] = {t: (ty, DEFAULT) for t, ty in RL_TOPICS.items()}
         self._ids: dict[str, int] = {}  # writer thread only
         self._subscriptions: list[Subscription] = []
@@ -128,7 +138,7 @@ class Recorder:
 
     def add_topic(self, topic: str, msg_type: str | type, qos: QoS | str | None = None) -> None:
         """Record ``topic`` as received (raw CDR). ``qos`` is the subscription's and the offered profile noted."""
-        name, qos = msgs.type_name(msg_type), resolve_qos(qos)
+        topic, name, qos = ros_topic_name(topic), msgs.type_name(msg_type), resolve_qos(qos)
         if topic in RL_TOPICS:
             raise ValueError(f"{topic} is written by record_tick; record robot topics under other names")
         with self._lock:
@@ -149,12 +159,14 @@ class Recorder:
 
     def record_tick(self, t_ns: int, raw_action: ArrayLike, command: ArrayLike, intervention: bool,
                     policy_version: int, reward: float | None = None, episode: int | None = None,
-                    done: int | str | None = None, safety: Any = None, observation: ArrayLike | None = None) -> None:
+                    done: int | str | None = None, safety: Any = None, observation: ArrayLike | None = None,
+                    mode: str | None = None) -> None:  # fmt: skip
         """Record one control tick at transport time ``t_ns`` (what the loop computed and sent).
 
         ``reward`` is the reward of the step that ended at this tick; ``episode`` the episode this tick's
         observation belongs to (< 0: none, e.g. during a reset); ``done`` "terminated"/"truncated" when this
-        tick's observation is the last of its episode; ``safety`` a `SafetyInfo` or its bitmask.
+        tick's observation is the last of its episode; ``safety`` a `SafetyInfo` or its bitmask; ``mode``
+        who decided the command (the runner's tick mode; `real.bag2dataset` learns only from learning modes).
         """
         tick = (
             np.array(raw_action, dtype=np.float32), np.array(command, dtype=np.float32), bool(intervention),
@@ -162,37 +174,61 @@ class Recorder:
             None if episode is None else int(episode), _done_code(done),
             None if safety is None else safety_flags(safety),
             None if observation is None else np.array(observation, dtype=np.float32),
+            None if mode is None else str(mode),
         )  # fmt: skip
         self._put((None, int(t_ns), tick))
 
-    def on_tick(self, tick: Any) -> None:
-        """A `real.runner.PolicyRunner` hook (``runner.add_hook(recorder.on_tick)``): records each tick.
+    def on_tick(self, tick: Any, reward: float | None = None, episode: int | None = None,
+                done: int | str | None = None) -> None:  # fmt: skip
+        """A `real.runner.PolicyRunner` hook (``runner.add_hook(recorder.on_tick)``): records each tick with
+        its mode, safety flags and observation.
 
-        Without a policy step (stale inputs) the raw action is NaN. Rewards and episodes are the actor's
-        business (`real.rl.actor.Actor` records them when given this recorder).
+        Without a policy step (stale inputs) the raw action is NaN. Rewards, episodes and ends are the actor's
+        business: `real.rl.actor.Actor` passes them when given this recorder.
         """
-        raw = tick.raw_action if tick.raw_action is not None else np.full(len(tick.command), np.nan)
-        self.record_tick(tick.time_ns, raw, tick.command, tick.safety.intervention, tick.policy_version,
-                         safety=tick.safety, observation=tick.obs)  # fmt: skip
+        raw = getattr(tick, "raw_action", None)
+        raw = np.full(len(tick.command), np.nan) if raw is None else raw
+        self.record_tick(tick.time_ns, raw, tick.command, bool(getattr(tick.safety, "intervention", False)),
+                         tick.policy_version, reward, episode, done, safety=tick.safety, observation=tick.obs,
+                         mode=getattr(tick, "mode", None))  # fmt: skip
 
     def _put(self, item: tuple) -> None:
         if self.closed:
             return
-        try:
-            self._queue.put_nowait(item)
-        except queue.Full:
-            with self._lock:
-                self.dropped += 1
-                if self.dropped == 1 or self.dropped % 1000 == 0:
-                    log.warning("recorder queue full: %d messages dropped so far", self.dropped)
+        size = _ITEM_OVERHEAD + _payload_bytes(item[2])
+        with self._lock:
+            if self.queued_bytes + size <= self.max_queue_bytes:
+                try:
+                    self._queue.put_nowait((size, item))
+                    self.queued_bytes += size
+                    return
+                except queue.Full:
+                    pass
+            self.dropped += 1
+            dropped = self.dropped
+        if dropped == 1 or dropped % 1000 == 0:
+            log.warning("recorder queue full (%d messages or %d MiB): %d messages dropped so far",
+                        self._queue.maxsize, self.max_queue_bytes >> 20, dropped)  # fmt: skip
 
     # --- the writer thread ---------------------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._write_until_stopped()
+        finally:  # here, not in close(): close() may give up waiting while a write still hangs
+            try:
+                self.bag.close()
+            except Exception as e:
+                self.error = self.error or e
+                log.exception("finishing %s failed; run repair_bag on it", self.path)
+
+    def _write_until_stopped(self) -> None:
         last_flush = time.monotonic()
         while not (self._stop.is_set() and self._queue.empty()):
             try:
-                item = self._queue.get(timeout=min(0.05, self.flush_interval))
+                size, item = self._queue.get(timeout=min(0.05, self.flush_interval))
+                with self._lock:
+                    self.queued_bytes -= size
             except queue.Empty:
                 item = None
             try:
@@ -221,7 +257,7 @@ class Recorder:
 
     @staticmethod
     def _tick_messages(tick: tuple) -> list[tuple[str, Any]]:
-        raw, command, intervention, version, reward, episode, done, safety, observation = tick
+        raw, command, intervention, version, reward, episode, done, safety, observation, mode = tick
         cls = msgs.msg_class
         out = [
             ("/rl/action_raw", msgs.float32_multiarray_from_array(raw)),
@@ -238,12 +274,15 @@ class Recorder:
             out.append(("/rl/safety", cls("std_msgs/msg/UInt32")(data=safety)))
         if observation is not None:
             out.append(("/rl/observation", msgs.float32_multiarray_from_array(observation)))
+        if mode is not None:
+            out.append(("/rl/mode", cls("std_msgs/msg/String")(data=mode)))
         return out
 
     # --- closing -------------------------------------------------------------------------------------------
 
     def close(self, timeout: float = 10.0) -> None:
-        """Stop the subscriptions, write what is queued, finish the bag. Idempotent."""
+        """Stop the subscriptions, let the writer thread write what is queued and finish the bag (waiting up
+        to ``timeout`` s). Idempotent."""
         if self.closed:
             return
         for sub in self._subscriptions:
@@ -252,13 +291,11 @@ class Recorder:
         self._thread.join(timeout)
         self.closed = True
         atexit.unregister(self.close)
-        if self._thread.is_alive():
-            log.error("recorder thread did not finish within %.1f s; %s may miss its last messages", timeout, self.path)
-        try:
-            self.bag.close()
-        finally:
-            if self.dropped:
-                log.warning("recording %s dropped %d messages (queue full)", self.path, self.dropped)
+        if self._thread.is_alive():  # e.g. a hung disk: the thread finishes the bag if its write ever returns
+            log.error("recorder thread did not finish within %.1f s; %s is not finished yet (if the process ends "
+                      "first, run repair_bag on it)", timeout, self.path)  # fmt: skip
+        if self.dropped:
+            log.warning("recording %s dropped %d messages (queue full)", self.path, self.dropped)
 
     def __enter__(self) -> Recorder:
         return self
@@ -272,6 +309,15 @@ class Recorder:
         return self.bag.message_count
 
 
+def _payload_bytes(data: Any) -> int:
+    """About how much memory a queued payload holds: CDR bytes exactly, a tick's arrays, a message's data array."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        return memoryview(data).nbytes
+    if isinstance(data, tuple):  # a tick
+        return sum(v.nbytes for v in data if isinstance(v, np.ndarray))
+    return getattr(getattr(data, "data", None), "nbytes", 0)  # e.g. an Image message's pixels
+
+
 # --- topics on the command line ---------------------------------------------------------------------------
 
 
@@ -281,9 +327,8 @@ def parse_topics(text: str) -> list[tuple[str, str | None, str | None]]:
     for item in filter(None, (s.strip() for s in text.split(","))):
         item, _, qos = item.partition("@")
         topic, _, msg_type = item.partition(":")
-        if qos and qos.lower() not in ("default", "sensor_data", "system_default", "latched"):
-            raise ConfigError(f"unknown QoS profile {qos!r} for {topic}; use default, sensor_data, system_default or "
-                              "latched")
+        if qos and qos.lower() not in PROFILES:
+            raise ConfigError(f"unknown QoS profile {qos!r} for {topic}; use one of {', '.join(PROFILES)}")
         out.append((topic, msg_type or None, qos or None))
     if not out:
         raise ConfigError("record needs topics=/a,/b:<pkg/msg/Type>[@qos],...")
@@ -332,11 +377,21 @@ def discover_topics(transport: Transport, topics: Sequence[str], timeout: float 
     return out
 
 
-def _stop_on_signals() -> threading.Event:
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[threading.Event]:
+    """An event that Ctrl-C, SIGTERM or SIGHUP set while the block runs (main thread only: elsewhere it only
+    ends by duration); the previous handlers are restored afterwards."""
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    return stop
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in signals}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def cmd_record(opts: dict[str, str]) -> int:
@@ -361,8 +416,7 @@ def cmd_record(opts: dict[str, str]) -> int:
                           "max_bytes, max_duration, compression, flush")
     if Path(out).exists():
         raise ConfigError(f"out={out} exists already; recordings never overwrite")
-    stop = _stop_on_signals()
-    with make_transport(kind) as transport:
+    with _stop_on_signals() as stop, make_transport(kind) as transport:
         unknown = [t for t, ty, _ in topics if ty is None]
         found = discover_topics(transport, unknown) if unknown else {}
         specs = [(t, ty or found[t][0], q or (found[t][1] if t in found else None)) for t, ty, q in topics]
@@ -378,7 +432,8 @@ def cmd_record(opts: dict[str, str]) -> int:
 
 
 def cmd_bag2dataset(opts: dict[str, str]) -> int:
-    """``robolearn bag2dataset bag=<bag> out=<folder> [obs=/topic[:field],...] [max_age=s] [repair=true]``."""
+    """``robolearn bag2dataset bag=<bag> out=<folder> [obs=/topic[:field],...] [max_age=s] [repair=true]
+    [modes=policy,teleop]``."""
     from real.bag2dataset import cmd_bag2dataset as run
 
     return run(opts)

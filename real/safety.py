@@ -14,8 +14,9 @@ is unit-testable without a robot. Per tick, in priority order:
    braking early so that a ramp stops at its target instead of overshooting.
 
 Stop commands (rules 1, 2, 4) are sent as they are, not rate-limited, and the limiter restarts from them.
+A last guard treats a command that came out non-finite anyway (a corrupted limiter state) like rule 4.
 `zero_on_exit` publishes zero commands when a control loop ends for any reason (return, exception,
-Ctrl-C, SIGTERM).
+Ctrl-C, SIGTERM, SIGHUP).
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ class SafetyConfig:
         low, high: bounds of the command (physical or normalized units, as the adapter publishes them).
         max_delta: largest change per tick of each dimension (rate limit); None for none.
         max_accel: largest change of that change per tick (second difference); None for none.
-        max_obs_age: seconds after which an observation is stale: one value for all inputs, or per input
-            name (inputs not named are not checked); None disables the watchdog.
+        max_obs_age: seconds after which an observation is stale: one value for all inputs (then no receive
+            time at all counts as stale), or per input name (inputs not named are not checked); None
+            disables the watchdog.
         stop: the command on e-stop and stale inputs: "zero" or "brake" (then ``brake_command``).
         brake_command: the braking command (e.g. full reverse torque or a hold pose), inside [low, high].
         teleop_hold: seconds a teleop command keeps overriding the policy after it was last given.
@@ -68,14 +70,15 @@ class SafetyConfig:
             raise ValueError(f"need 1-d low <= high of one shape, got {self.low!r} / {self.high!r}")
         for name in ("max_delta", "max_accel"):
             value = getattr(self, name)
-            if value is not None and not np.all(np.asarray(value, dtype=np.float64) > 0):
-                raise ValueError(f"{name} must be positive, got {value!r}")
+            limit = None if value is None else np.asarray(value, dtype=np.float64)
+            if limit is not None and not np.all((limit > 0) & np.isfinite(limit)):  # inf would make NaN steps
+                raise ValueError(f"{name} must be positive and finite (None: no limit), got {value!r}")
         if self.stop not in ("zero", "brake"):
             raise ValueError(f"stop must be 'zero' or 'brake', got {self.stop!r}")
         if self.stop == "brake" and self.brake_command is None:
             raise ValueError("stop='brake' needs a brake_command")
-        if self.teleop_hold < 0:
-            raise ValueError("teleop_hold must be >= 0")
+        if not self.teleop_hold >= 0:  # also rejects NaN
+            raise ValueError(f"teleop_hold must be >= 0, got {self.teleop_hold!r}")
         ages = self.max_obs_age.values() if isinstance(self.max_obs_age, Mapping) else [self.max_obs_age]
         if any(age is not None and not age > 0 for age in ages):
             raise ValueError(f"max_obs_age must be positive, got {self.max_obs_age!r}")
@@ -127,8 +130,17 @@ class SafetyFilter:
     # --- state -------------------------------------------------------------------------------------
 
     def reset(self, command: ArrayLike | None = None) -> None:
-        """Restart the limiter from ``command`` (default: the zero command, robot at rest); keeps the e-stop."""
-        self.last = np.zeros(self.config.dim) if command is None else np.asarray(command, dtype=np.float64)
+        """Restart the limiter from ``command`` (default: the zero command, robot at rest); keeps the e-stop.
+
+        ``command`` is typically measured robot state, so it is sanitized: NaN/inf entries become 0 and the
+        result is clipped into [low, high] (a NaN start would otherwise pass through every later command).
+        """
+        last = np.zeros(self.config.dim) if command is None else np.array(command, dtype=np.float64).reshape(-1)
+        if last.shape != self.low.shape:
+            raise ValueError(f"reset command has shape {last.shape}, the limits {self.low.shape}")
+        if not np.all(np.isfinite(last)):
+            log.warning("safety filter reset from a non-finite command %s: using 0 there", last)
+        self.last = np.clip(np.where(np.isfinite(last), last, 0.0), self.low, self.high)
         self.last_delta = np.zeros(self.config.dim)
         self.teleop_command: np.ndarray | None = None
         self.teleop_time_ns: int | None = None
@@ -185,12 +197,20 @@ class SafetyFilter:
             return self._stop(self.config.stop_command), info
         info.nonfinite = not np.all(np.isfinite(chosen)) or not _all_finite(obs)
         if info.nonfinite:
-            return self._stop(np.clip(np.zeros(self.config.dim), self.low, self.high)), info
+            return self._stop(self._fault_command()), info
         clamped = np.clip(chosen, self.low, self.high)
         info.clamped = bool(np.any(clamped != chosen))
         command = self._limit(clamped, info)
+        if not np.all(np.isfinite(command)):  # last guard: never publish NaN, never keep it as limiter state
+            log.error("safety filter produced a non-finite command %s (limiter state %s); stopping", command, self.last)
+            info.nonfinite = True
+            return self._stop(self._fault_command()), info
         self.last_delta, self.last = command - self.last, command
         return command.copy(), info
+
+    def _fault_command(self) -> np.ndarray:
+        """Rule 4's command: zero, clipped into [low, high]."""
+        return np.clip(np.zeros(self.config.dim), self.low, self.high)
 
     def _choose(self, action: np.ndarray, now_ns: int, teleop: ArrayLike | None, info: SafetyInfo) -> np.ndarray:
         if teleop is not None:
@@ -208,6 +228,8 @@ class SafetyFilter:
             return ()
         if not isinstance(obs_times, Mapping):
             obs_times = {"obs": obs_times}
+        elif not obs_times and not isinstance(max_age, Mapping):
+            obs_times = {"obs": None}  # no receive time at all must not switch the watchdog off
         if isinstance(max_age, Mapping):
             ages = {name: (obs_times.get(name), limit) for name, limit in max_age.items()}
         else:
@@ -253,29 +275,62 @@ def _all_finite(obs: ArrayLike | Mapping[str, ArrayLike] | None) -> bool:
 def subscribe_estop(
     transport: Transport, safety: SafetyFilter, topic: str = "/estop", qos: QoS | str | None = None
 ) -> Subscription:
-    """Latch ``safety``'s e-stop from a ``std_msgs/Bool`` topic (default QoS: reliable, so the e-stop
-    publisher must be reliable too; a best-effort one would not match)."""
+    """Latch ``safety``'s e-stop from a ``std_msgs/Bool`` topic.
+
+    The default QoS is reliable, so the e-stop publisher must be RELIABLE too: a best-effort one does not
+    match and its presses never arrive. Matching is asynchronous (DDS discovery), so this cannot check it
+    here; check ``publisher_count()`` of the returned subscription after a grace period (about a second)
+    and warn or refuse to start when it is 0.
+    """
     return transport.subscribe(topic, "std_msgs/msg/Bool", safety.on_estop_msg, qos)
+
+
+_CLEANUP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[dict[int, Any]]:
+    """In the main thread, ignore Ctrl-C, SIGTERM and SIGHUP for the duration (a second Ctrl-C must not cut
+    the zero commands short), then restore the handlers. Elsewhere (signals only reach the main thread) a no-op.
+
+    Yields the handlers it will restore (signal -> handler); the caller may change them.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield {}
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _CLEANUP_SIGNALS}
+    try:
+        yield previous
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def publish_zero(publisher: Publisher, zero_msg: Any = None, repeats: int = 3, interval: float = 0.01) -> int:
     """Publish ``zero_msg`` (default: the all-zero message of the publisher's type) ``repeats`` times.
 
-    Never raises: a failure is logged and counted. Returns how many publishes succeeded.
+    Never raises an ``Exception``: a failure is logged and counted. In the main thread SIGINT, SIGTERM and
+    SIGHUP are ignored meanwhile, so a repeated Ctrl-C cannot skip zero commands. Returns how many
+    publishes succeeded.
     """
-    if zero_msg is None:
-        from real import msgs
+    with _signals_ignored():
+        if zero_msg is None:
+            from real import msgs
 
-        zero_msg = msgs.zero_msg(publisher.msg_type)
-    sent = 0
-    for i in range(repeats):
-        try:
-            publisher.publish(zero_msg)
-            sent += 1
-        except Exception:
-            log.exception("publishing the zero command on %s failed", getattr(publisher, "topic", publisher))
-        if i + 1 < repeats and interval > 0:
-            time.sleep(interval)
+            try:
+                zero_msg = msgs.zero_msg(publisher.msg_type)
+            except Exception:
+                log.exception("no zero message for %s", getattr(publisher, "msg_type", publisher))
+                return 0
+        sent = 0
+        for i in range(repeats):
+            try:
+                publisher.publish(zero_msg)
+                sent += 1
+            except Exception:
+                log.exception("publishing the zero command on %s failed", getattr(publisher, "topic", publisher))
+            if i + 1 < repeats and interval > 0:
+                time.sleep(interval)
     return sent
 
 
@@ -283,22 +338,24 @@ def publish_zero(publisher: Publisher, zero_msg: Any = None, repeats: int = 3, i
 def zero_on_exit(
     publisher: Publisher, zero_msg: Any = None, repeats: int = 3, interval: float = 0.01
 ) -> Iterator[None]:
-    """Publish zero commands when the block ends: normally, on an exception, Ctrl-C or SIGTERM; then re-raise.
+    """Publish zero commands when the block ends: normally, on an exception, Ctrl-C, SIGTERM or SIGHUP; then
+    re-raise.
 
-    In the main thread SIGTERM is turned into ``SystemExit`` for the duration of the block (the default
-    handler would kill the process without running this cleanup).
+    In the main thread SIGTERM and SIGHUP (an ssh session dropping) are turned into ``SystemExit`` for the
+    duration of the block (their default handlers would kill the process without running this cleanup), and
+    all three signals are ignored while the zeros go out (see `publish_zero`); the previous handlers are
+    restored afterwards.
     """
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _raise_system_exit) if main_thread else None
+    exits = (signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, _raise_system_exit) for sig in exits} if main_thread else {}
     try:
         yield
     finally:
-        try:
+        with _signals_ignored() as restore:
+            restore.update(previous)  # afterwards: the handlers from before the block, not the SystemExit ones
             sent = publish_zero(publisher, zero_msg, repeats, interval)
             log.info("sent %d/%d zero commands on exit", sent, repeats)
-        finally:
-            if main_thread:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _raise_system_exit(signum: int, frame: Any) -> None:

@@ -1,6 +1,10 @@
 """Shared test settings: small thread counts so the suite behaves on a 2-core CI machine."""
 
+import itertools
 import os
+import time
+
+import pytest
 
 os.environ.setdefault("ROBOLEARN_JAX_CACHE", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "jax"))
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -11,3 +15,45 @@ if "PYTEST_XDIST_WORKER" in os.environ:
     import torch
 
     torch.set_num_threads(1)
+
+
+# --- shared helpers for the real/ tests ----------------------------------------------------------------
+
+_dds_domains = itertools.count()
+
+
+def next_dds_domain() -> int:
+    """A DDS domain id that no other test (or xdist worker) of this run uses at the same time.
+
+    Ids stay in 1..101: ROS notes that ids above 101 can collide with Linux's ephemeral port range
+    (32768-60999). The range is split among the xdist workers (two workers: gw0 1-50, gw1 51-101); each
+    worker cycles through its share, starting at a pid-dependent offset so that separate runs rarely meet.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    index = int(worker[2:]) % workers if worker[2:].isdigit() else 0
+    share = 101 // workers
+    first = 1 + index * share
+    size = share if index < workers - 1 else 101 - index * share  # the last worker takes the remainder
+    return first + (os.getpid() + next(_dds_domains)) % size
+
+
+@pytest.fixture
+def dds_domain(monkeypatch) -> int:
+    """This test's own DDS domain id (`next_dds_domain`), set as ROS_DOMAIN_ID, with Cyclone kept on loopback."""
+    from real.transport.dds import LOOPBACK_CONFIG
+
+    domain = next_dds_domain()
+    monkeypatch.setenv("CYCLONEDDS_URI", LOOPBACK_CONFIG)
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
+    return domain
+
+
+def wait_until(condition, timeout: float = 10.0, interval: float = 0.005) -> bool:
+    """Poll ``condition()`` until it is true (returns True) or ``timeout`` seconds passed (returns False)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+    return True

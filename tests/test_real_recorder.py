@@ -1,27 +1,29 @@
 """real.recorder, real.bagfile, real.bag2dataset and robolearn.data.episodes: MCAP recording, episodes from bags.
 
 Bags are read back with rosbags AND with the independent ``mcap`` library. DDS tests stay on 127.0.0.1 with a
-domain id of their own; every wait is bounded.
+domain id of their own (conftest's `dds_domain`); every wait is bounded.
 """
 
-import itertools
-import os
+import contextlib
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from conftest import wait_until
 from mcap.reader import make_reader
 from rosbags.rosbag2 import Reader
 
+import real.recorder
 from real import msgs
 from real.bag2dataset import ObsSpec, bag_to_episodes
-from real.bagfile import BagError, BagWriter, mcap_complete, repair_bag
+from real.bagfile import LOCK_FILE, BagError, BagWriter, mcap_complete, recording_pid, repair_bag
 from real.recorder import SAFETY_BITS, Recorder, cmd_bag2dataset, cmd_record, parse_topics, safety_flags
 from real.safety import SafetyInfo
 from real.transport import SENSOR_DATA
@@ -29,17 +31,7 @@ from real.transport.memory import FakeClock, MemoryBus, MemoryTransport
 from robolearn.data.episodes import Episode, load_episodes, save_episodes, to_replay_buffer, to_transitions
 from robolearn.errors import ConfigError, DatasetError
 
-_domains = itertools.count()
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def wait_until(condition, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 def mcap_messages(bag: Path) -> tuple[dict, dict[str, list[tuple[int, bytes]]]]:
@@ -120,23 +112,10 @@ def test_memory_topics_and_ticks_read_by_rosbags_and_mcap(tmp_path):
     assert "reliability: reliable" in odom_channel.metadata["offered_qos_profiles"]
 
 
-@pytest.fixture
-def dds_env(monkeypatch):
-    """Loopback Cyclone configuration and a domain id no other test (or xdist worker) uses."""
-    from real.transport.dds import LOOPBACK_CONFIG
-
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    slot = int(worker[2:]) % 2 if worker[2:].isdigit() else 0
-    domain = 1 + slot * 116 + (os.getpid() + 57 + next(_domains)) % 115
-    monkeypatch.setenv("CYCLONEDDS_URI", LOOPBACK_CONFIG)
-    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
-    return domain
-
-
-def test_dds_loopback_topics_recorded_raw(tmp_path, dds_env):
+def test_dds_loopback_topics_recorded_raw(tmp_path, dds_domain):
     from real.transport.dds import DdsTransport
 
-    robot, mine = DdsTransport(dds_env), DdsTransport(dds_env)
+    robot, mine = DdsTransport(dds_domain), DdsTransport(dds_domain)
     try:
         twist, flag = robot.publisher("/cmd_vel", msgs.TWIST), robot.publisher("/flag", msgs.BOOL, SENSOR_DATA)
         rec = Recorder(mine, tmp_path / "dds", [("/cmd_vel", msgs.TWIST, None), ("/flag", msgs.BOOL, SENSOR_DATA)])
@@ -176,15 +155,53 @@ def test_split_files_and_never_blocking(tmp_path):
     assert meta["relative_file_paths"] == files and [f["message_count"] for f in meta["files"]] == [60] * 5
     assert [len(e) for e in bag_to_episodes(tmp_path / "split")] == [49]
 
-    # a stalled disk: the queue fills, ticks are dropped and counted, record_tick still returns at once
+
+def stalled(rec: Recorder) -> threading.Event:
+    """Make ``rec``'s writer thread hang in its next write until the returned event is set (a stalled disk)."""
+    gate, write = threading.Event(), rec._write
+    rec._write = lambda *item: (gate.wait(20), write(*item))
+    return gate
+
+
+def test_a_stalled_disk_never_blocks_the_caller(tmp_path):
+    clock = FakeClock(1_000_000_000)
+    transport = MemoryTransport(clock=clock)
+    # by message count: the queue fills, ticks are dropped and counted, record_tick still returns at once
     rec = Recorder(transport, tmp_path / "tiny", queue_size=2)
-    rec._write = lambda *item: time.sleep(0.02)
+    gate = stalled(rec)
     start = time.perf_counter()
     for k in range(1000):
         rec.record_tick(clock(), [k], [k], False, 0)
     per_call = (time.perf_counter() - start) / 1000
+    assert rec.dropped >= 997 and per_call < 1e-3  # at most one in the hung write and two queued
+    gate.set()
     rec.close()
-    assert rec.dropped >= 990 and per_call < 1e-3
+    assert rec.message_count == 5 * (1000 - rec.dropped)  # 5 /rl/* messages per tick
+
+    # by bytes: 400 kB observations (an image would be more) against a 1 MiB bound
+    rec = Recorder(transport, tmp_path / "bytes", max_queue_bytes=1 << 20)
+    gate = stalled(rec)
+    for k in range(20):
+        rec.record_tick(clock(), [k], [k], False, 0, observation=np.zeros(100_000))
+        assert rec.queued_bytes <= 1 << 20
+    assert rec.dropped >= 17  # at most one in the hung write and two queued
+    gate.set()
+    rec.close()
+    assert rec.queued_bytes == 0 and rec.error is None
+
+
+def test_close_never_races_a_hung_writer(tmp_path):
+    rec = Recorder(MemoryTransport(), tmp_path / "hung")
+    gate = stalled(rec)
+    rec.record_tick(1, [0.5], [0.5], False, 0)
+    assert wait_until(lambda: rec._queue.empty())  # the writer thread took the tick and hangs in write
+    rec.close(timeout=0.1)  # gives up waiting and leaves the bag to the writer thread
+    assert rec.closed and rec._thread.is_alive() and not rec.bag.closed
+    assert recording_pid(tmp_path / "hung") is not None
+    gate.set()
+    rec._thread.join(10)
+    assert rec.bag.closed and rec.error is None and not (tmp_path / "hung" / LOCK_FILE).exists()
+    assert len(rosbags_messages(tmp_path / "hung")["/rl/command"]) == 1
 
 
 def test_writer_errors(tmp_path):
@@ -200,9 +217,10 @@ def test_writer_errors(tmp_path):
             writer.add_topic("/x", msgs.TWIST)
         writer.write(i, 10, msgs.serialize(msgs.bool_msg(True)))
     assert rosbags_messages(tmp_path / "c")["/x"] == [(10, msgs.serialize(msgs.bool_msg(True)))]
-    with pytest.raises(ValueError, match="written by record_tick"):
-        with Recorder(MemoryTransport(), tmp_path / "d") as rec:
-            rec.add_topic("/rl/command", msgs.BOOL)
+    for name in ("/rl/command", "rl/mode"):  # "rl/mode" is /rl/mode too
+        with pytest.raises(ValueError, match="written by record_tick"):
+            with Recorder(MemoryTransport(), tmp_path / name.replace("/", "_")) as rec:
+                rec.add_topic(name, msgs.BOOL)
     assert safety_flags(SafetyInfo(estop=True, stale=("odom",))) == 3 and safety_flags(None) == 0
 
 
@@ -229,6 +247,12 @@ def test_kill_9_loses_at_most_the_last_flush(tmp_path):
         assert child.stdout.readline().strip() == "ready"
         assert wait_until(lambda: (bag / "killed_1.mcap").exists(), timeout=20)  # one split happened
         time.sleep(0.2)
+        # the recorder is alive: repairing would replace the file it writes to
+        assert recording_pid(bag) == str(child.pid)
+        with pytest.raises(BagError, match=f"still being recorded \\(process {child.pid}\\)"):
+            repair_bag(bag)
+        with pytest.raises(BagError, match="still being recorded"):
+            cmd_bag2dataset({"bag": str(bag), "out": str(tmp_path / "early")})
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(10)
@@ -243,6 +267,7 @@ def test_kill_9_loses_at_most_the_last_flush(tmp_path):
     steps = episode.observations[:, 0]
     assert np.array_equal(steps, np.arange(len(steps))) and len(steps) >= 50  # every tick up to the last flush
     assert index["steps"] == len(episode) and episode.truncations[-1]
+    assert recording_pid(bag) is None and not (bag / LOCK_FILE).exists()  # the dead recorder's lock file is gone
     assert repair_bag(bag) == {}  # now complete
     _, by_mcap = mcap_messages(bag)
     assert len(by_mcap["/rl/command"]) == len(steps) or len(by_mcap["/rl/command"]) == len(steps) + 1
@@ -319,6 +344,28 @@ def test_bag_to_episodes_at_the_control_ticks(tmp_path):
     assert np.allclose(batch["actions"][:, 1].numpy(), 0.5)
 
 
+def test_stops_and_manoeuvres_are_never_training_steps(tmp_path):
+    """E-stopped, stale, non-finite and recovery ticks end the episode in progress (as its last observation)."""
+    estop, stale = SafetyInfo(estop=True), SafetyInfo(stale=("odom",))
+    ticks = ([("policy", None)] * 4 + [("estop", estop)] * 2 + [("policy", None)] * 3 + [("recovery", None)]
+             + [(None, None)] * 3 + [(None, stale)]  # an older bag: no mode, only the safety bits
+             + [("teleop", "nan")] + [("policy", None)] * 3)  # fmt: skip
+    with Recorder(MemoryTransport(), tmp_path / "bag", clock_offset_ns=0) as rec:
+        for k, (mode, info) in enumerate(ticks):
+            obs = [np.nan if info == "nan" else k]
+            rec.record_tick(k * 10**8, [k], [k / 100], False, 0, safety=None if info == "nan" else info,
+                            observation=obs, mode=mode)  # fmt: skip
+    modes = [msgs.deserialize(d, "std_msgs/msg/String").data for _, d in rosbags_messages(tmp_path / "bag")["/rl/mode"]]
+    assert modes == [m for m, _ in ticks if m is not None]
+    episodes = bag_to_episodes(tmp_path / "bag")
+    assert [e.observations[:, 0].tolist() for e in episodes] == [[0, 1, 2, 3, 4], [6, 7, 8, 9], [10, 11, 12, 13],
+                                                                 [15, 16, 17]]  # fmt: skip
+    assert all(e.truncations[-1] and not e.terminations.any() for e in episodes)
+    assert not any(set(e.extras["safety"]) - {0} for e in episodes)  # no stopped tick's action is a step
+    # a recorded mode outside the learning modes: recovery counts when asked to
+    assert len(bag_to_episodes(tmp_path / "bag", learn_modes=("policy", "recovery"))[1]) == 7  # ticks 6..13
+
+
 def test_episode_format_checks(tmp_path):
     ok = dict(observations=np.zeros((3, 2)), actions=np.zeros((2, 1)), rewards=np.zeros(2),
               terminations=[False, True], truncations=[False, False])  # fmt: skip
@@ -338,11 +385,19 @@ def test_episode_format_checks(tmp_path):
         to_transitions(load_episodes(tmp_path / "d")[0])
 
 
-def test_cli(tmp_path, capsys):
+@contextlib.contextmanager
+def no_signal_handlers():
+    """Stands in for `real.recorder._stop_on_signals` in tests: leaves the worker's handlers alone."""
+    yield threading.Event()
+
+
+def test_cli(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(real.recorder, "_stop_on_signals", no_signal_handlers)
     assert parse_topics("/odom, /imu:sensor_msgs/msg/Imu@sensor_data") == [
         ("/odom", None, None), ("/imu", "sensor_msgs/msg/Imu", "sensor_data")]  # fmt: skip
-    with pytest.raises(ConfigError, match="QoS profile"):
+    with pytest.raises(ConfigError, match="QoS profile 'fast' for /a; use one of default, sensor_data"):
         parse_topics("/a@fast")
+    assert parse_topics("/a@Latched") == [("/a", None, "Latched")]
     with pytest.raises(ConfigError, match="needs out"):
         cmd_record({"topics": "/a:std_msgs/msg/Bool"})
     with pytest.raises(ConfigError, match="over transport=dds"):
@@ -358,11 +413,22 @@ def test_cli(tmp_path, capsys):
         cmd_bag2dataset({"bag": str(tmp_path / "r"), "out": str(tmp_path / "o"), "fps": "10"})
 
 
-def test_cli_discovers_dds_types(tmp_path, dds_env):
+def test_record_restores_the_signal_handlers():
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers need the main thread")
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = [signal.getsignal(s) for s in signals]
+    with real.recorder._stop_on_signals() as stop:
+        signal.raise_signal(signal.SIGTERM)
+        assert stop.is_set()
+    assert [signal.getsignal(s) for s in signals] == before  # Ctrl-C interrupts the test run again
+
+
+def test_cli_discovers_dds_types(tmp_path, dds_domain):
     from real.recorder import discover_topics
     from real.transport.dds import DdsTransport
 
-    robot, mine = DdsTransport(dds_env), DdsTransport(dds_env)
+    robot, mine = DdsTransport(dds_domain), DdsTransport(dds_domain)
     try:
         robot.publisher("/scan_like", msgs.IMU, SENSOR_DATA)
         robot.publisher("/cmd", msgs.TWIST)

@@ -40,6 +40,10 @@ def test_config_validation():
         SafetyConfig(low=[0.0], high=[1.0], max_obs_age={"odom": 0.0})
     with pytest.raises(ValueError, match="shape"):
         make().filter([0.0, 0.0, 0.0], 0)
+    with pytest.raises(ValueError, match="teleop_hold"):
+        make(teleop_hold=float("nan"))
+    with pytest.raises(ValueError, match="max_accel must be positive and finite"):
+        make(max_accel=np.inf)  # inf would turn the braking distance into NaN steps
 
 
 def test_passthrough_reports_nothing():
@@ -92,6 +96,29 @@ def test_rate_limit():
     np.testing.assert_allclose(f.filter([0.0, 0.0], 9)[0], [0.75, -0.5])
 
 
+def test_reset_sanitizes_its_start_command():
+    f = make(max_delta=0.5)
+    f.reset([np.nan, 3.0])  # e.g. a measured state with a dropped-out sensor
+    np.testing.assert_array_equal(f.last, [0.0, 1.0])  # NaN -> 0, clipped into [low, high]
+    command, info = f.filter([0.3, 0.3], 0)
+    np.testing.assert_array_equal(command, [0.3, 0.5])
+    assert not info.nonfinite
+    np.testing.assert_array_equal(f.filter([0.3, 0.3], 1)[0], [0.3, 0.3])  # no NaN stays behind
+    with pytest.raises(ValueError, match="reset command has shape"):
+        f.reset([0.0])
+
+
+def test_a_nonfinite_command_never_goes_out():
+    f = make(max_delta=0.5)
+    f.last[:] = np.nan  # a corrupted limiter state, however it came about
+    command, info = f.filter([0.3, 0.3], 0)
+    np.testing.assert_array_equal(command, [0.0, 0.0])
+    assert info.nonfinite and info.stopped
+    command, info = f.filter([0.3, 0.3], 1)  # the limiter restarts from the stop
+    np.testing.assert_array_equal(command, [0.3, 0.3])
+    assert not info.nonfinite
+
+
 def test_accel_limit_ramps_and_stops_at_target():
     f = SafetyFilter(SafetyConfig(low=[-5.0], high=[5.0], max_delta=1.0, max_accel=0.1))
     path = [0.0] + [float(f.filter([3.0], t)[0][0]) for t in range(40)]
@@ -114,6 +141,8 @@ def test_stale_observation_zero():
     assert info.stale == ("obs",)
     _, info = f.filter([0.5, 0.5], now_ns=S, obs_times={"odom": S, "image": S - S, "imu": None})
     assert info.stale == ("image", "imu")
+    _, info = f.filter([0.5, 0.5], now_ns=S, obs_times={})  # no receive time at all: stale, not unwatched
+    assert info.stale == ("obs",)
 
 
 def test_stale_per_input_ages_and_brake():
@@ -227,6 +256,43 @@ def test_zero_on_sigterm_restores_handler(cmd_vel):
         signal.raise_signal(signal.SIGTERM)
     assert exit_info.value.code == 128 + signal.SIGTERM and len(got) == 3
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_zero_on_sighup(cmd_vel):
+    _in_main_thread()
+    pub, got = cmd_vel
+    before = signal.getsignal(signal.SIGHUP)
+    with pytest.raises(SystemExit) as exit_info, zero_on_exit(pub, interval=0):
+        signal.raise_signal(signal.SIGHUP)  # the ssh session dropped
+    assert exit_info.value.code == 128 + signal.SIGHUP and len(got) == 3
+    assert signal.getsignal(signal.SIGHUP) is before
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_signal_during_the_zeros_skips_none(sig):
+    """Ctrl-C (or SIGTERM) again while the zero commands go out: every one of them is still sent."""
+    _in_main_thread()
+
+    class Interrupted:
+        msg_type, topic = msgs.TWIST, "/cmd_vel"
+
+        def __init__(self):
+            self.sent = []
+
+        def publish(self, msg):
+            signal.raise_signal(sig)  # delivered from inside publish
+            self.sent.append(msg)
+
+    pub = Interrupted()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt), zero_on_exit(pub, repeats=4, interval=0):
+            raise KeyboardInterrupt  # the first Ctrl-C
+        assert len(pub.sent) == 4 and all(not np.any(msgs.twist_to_array(m)) for m in pub.sent)
+        assert publish_zero(pub, repeats=2, interval=0) == 2  # on its own too
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_zero_on_exit_in_a_thread(cmd_vel):

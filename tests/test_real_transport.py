@@ -1,10 +1,9 @@
 """real.transport: memory and Cyclone DDS backends, ROS 2 naming, QoS matching, loopback round trips.
 
-DDS tests stay on 127.0.0.1 (`LOOPBACK_CONFIG`) with a fresh domain id per test, so parallel workers and
-tests never see each other; every wait is bounded.
+DDS tests stay on 127.0.0.1 (`LOOPBACK_CONFIG`) with a fresh domain id per test (conftest's `dds_domain`), so
+parallel workers and tests never see each other; every wait is bounded.
 """
 
-import itertools
 import logging
 import os
 import subprocess
@@ -15,6 +14,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import wait_until
 
 from real import msgs
 from real.transport import (
@@ -39,16 +39,6 @@ QOS_MATRIX = [  # (writer, reader, matches)
     (BEST_EFFORT, BEST_EFFORT, True),
     (BEST_EFFORT, RELIABLE, False),
 ]
-_domains = itertools.count()
-
-
-def wait_until(condition, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.002)
-    return True
 
 
 class Inbox:
@@ -193,7 +183,7 @@ def test_memory_errors_and_close(caplog):
         bus.subscribe("/a", msgs.BOOL, inbox)
 
 
-def test_make_transport(dds_env):
+def test_make_transport(dds_domain):
     assert isinstance(make_transport("memory"), MemoryTransport)
     with pytest.raises(ValueError, match="unknown transport kind 'zenoh'"):
         make_transport("zenoh")
@@ -204,34 +194,21 @@ def test_make_transport(dds_env):
     from real.transport.dds import DdsTransport
 
     with make_transport() as transport:  # auto -> dds on ROS_DOMAIN_ID
-        assert isinstance(transport, DdsTransport) and transport.domain_id == dds_env
+        assert isinstance(transport, DdsTransport) and transport.domain_id == dds_domain
 
 
 # --- DDS backend ----------------------------------------------------------------------------------------
 
 
 @pytest.fixture
-def dds_env(monkeypatch):
-    """Loopback Cyclone configuration and a domain id no other test (or xdist worker) uses."""
-    from real.transport.dds import LOOPBACK_CONFIG
-
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    slot = int(worker[2:]) % 2 if worker[2:].isdigit() else 0
-    domain = 1 + slot * 116 + (os.getpid() + next(_domains)) % 115
-    monkeypatch.setenv("CYCLONEDDS_URI", LOOPBACK_CONFIG)
-    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
-    return domain
-
-
-@pytest.fixture
-def dds(dds_env):
+def dds(dds_domain):
     """A factory of DDS transports on this test's domain, closed afterwards."""
     from real.transport.dds import DdsTransport
 
     made = []
 
     def make():
-        made.append(DdsTransport(dds_env))
+        made.append(DdsTransport(dds_domain))
         return made[-1]
 
     yield make
@@ -441,12 +418,14 @@ def test_dds_two_process_echo(dds):
             "drive": (msgs.ACKERMANN_DRIVE_STAMPED, msgs.ackermann_from_array([-0.2, 3.0], ns=99)),
             "image": (msgs.IMAGE, msgs.image_from_array(np.full((120, 160, 3), 7, np.uint8), "bgr8")),
         }
-        inboxes, pubs = {}, {}
+        inboxes, pubs, subs = {}, {}, {}
         for name, (msg_type, _) in sent.items():
             inboxes[name] = Inbox()
-            transport.subscribe("/echo/" + name, msg_type, inboxes[name])
+            subs[name] = transport.subscribe("/echo/" + name, msg_type, inboxes[name])
             pubs[name] = transport.publisher("/ping/" + name, msg_type)
-        assert wait_until(lambda: all(p.subscriber_count() == 1 for p in pubs.values()), timeout=15), "no discovery"
+        # both directions: the child's readers of /ping and its writers of /echo (else an echo can go unheard)
+        assert wait_until(lambda: all(p.subscriber_count() == 1 for p in pubs.values())
+                          and all(s.publisher_count() == 1 for s in subs.values()), timeout=15), "no discovery"
         for name, (_, msg) in sent.items():
             pubs[name].publish(msg)
         for name, (_, msg) in sent.items():

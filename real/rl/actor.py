@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from policies.ensemble import TanhGaussianActor
+from real.recorder import LEARN_MODES
 from robolearn.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -84,14 +85,14 @@ class Actor:
     """
 
     def __init__(self, client: Any, reward_fn: RewardFn, swap: Callable[[int, dict[str, torch.Tensor]], None],
-                 batch_size: int = 32, learn_modes: Sequence[str] = ("policy", "teleop"),
+                 batch_size: int = 32, learn_modes: Sequence[str] = LEARN_MODES,
                  recorder: Any = None) -> None:  # fmt: skip
         if batch_size < 1:
             raise ConfigError("batch_size must be >= 1")
         self.client, self.reward_fn, self.swap = client, reward_fn, swap
         self.batch_size, self.learn_modes = batch_size, tuple(learn_modes)
         self.recorder = recorder  # a `real.recorder.Recorder`: every tick with its reward, episode and end
-        self.stats = {"ticks": 0, "transitions": 0, "episodes": 0, "swaps": 0, "swap_errors": 0}
+        self.stats = {"ticks": 0, "transitions": 0, "episodes": 0, "swaps": 0, "swap_errors": 0, "nonfinite": 0}
         self._prev: Any = None  # the previous learning tick (start of the pending step)
         self._rows: list[tuple] = []
         self._episode = -1  # id of the episode in progress (or last ended)
@@ -104,14 +105,15 @@ class Actor:
         reward, done, episode = None, None, -1
         if self._prev is not None:
             episode = self._episode
-            if learning:
+            if finite:
                 reward, done = self._reward(self._prev, tick)
+                done = done if learning else "truncated"  # a reset or stop begins: the episode is cut here
+            if finite and np.isfinite(reward):
                 self._add(self._prev, tick, reward, done)
-            elif finite:  # a reset or stop begins: the episode is cut here
-                reward, _ = self._reward(self._prev, tick)
-                done = "truncated"
-                self._add(self._prev, tick, reward, done)
-            else:  # no next observation for the pending step: drop it, the step before ends the episode
+            else:  # no next observation or reward for the pending step: drop it, the step before ends the episode
+                if finite:
+                    self.stats["nonfinite"] += 1
+                    log.error("reward_fn returned %s: dropping that step and ending the episode", reward)
                 done, episode = "truncated", -1
                 self._truncate_last()
             if done:
@@ -130,10 +132,7 @@ class Actor:
         self._maybe_swap()
 
     def _record(self, tick: Any, reward: float | None, episode: int, done: str | None) -> None:
-        raw = tick.raw_action if getattr(tick, "raw_action", None) is not None else np.full(len(tick.command), np.nan)
-        self.recorder.record_tick(tick.time_ns, raw, tick.command, bool(getattr(tick.safety, "intervention", False)),
-                                  tick.policy_version, reward=reward, episode=episode, done=done, safety=tick.safety,
-                                  observation=tick.obs)  # fmt: skip
+        self.recorder.on_tick(tick, reward=reward, episode=episode, done=done)
 
     def _reward(self, prev: Any, tick: Any) -> tuple[float, str | None]:
         out = self.reward_fn(prev, tick)
@@ -272,12 +271,12 @@ def cmd_actor(opts: dict[str, str]) -> int:
     import logging as logging_
 
     from real.deploy import PROCESS_KEYS, compose_deploy
-    from real.rl.learner import _token
+    from real.rl.learner import read_token
     from real.rl.link import ActorClient
     from real.transport import make_transport
 
     opts = dict(opts)
-    token = _token(opts)
+    token = read_token(opts)
     robot = opts.pop("robot", "rc_car")
     try:
         address = opts.pop("learner")

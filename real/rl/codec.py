@@ -7,7 +7,8 @@ whose JSON names the payload ``kind`` ("transitions" or "parameters") and carrie
 
 Frames: gRPC messages are capped (`MAX_MESSAGE`, 4 MiB as in LeRobot), so a payload travels as frames of
 at most `CHUNK` (2 MiB) data after a 28-byte header ``b"RLF1" | transfer id u64 | index u32 | count u32 |
-total u64`` (little endian). `Reassembler` checks order, count and total size.
+total u64`` (little endian). `Reassembler` checks order, count (at most what `CHUNK`-sized frames need, plus
+one) and total size.
 """
 
 from __future__ import annotations
@@ -74,8 +75,11 @@ def decode(data: bytes, kind: str | None = None) -> tuple[dict[str, Any], dict[s
     return meta, tensors
 
 
+FINITE_FIELDS = ("obs", "next_obs", "actions", "rewards")  # one NaN here poisons every SAC update after it
+
+
 def check_transitions(tensors: Mapping[str, np.ndarray]) -> int:
-    """Validate a transition batch (fields, dtypes, shapes); returns its size B."""
+    """Validate a transition batch (fields, dtypes, shapes, finite values); returns its size B."""
     missing = sorted(set(TRANSITION_FIELDS) - set(tensors))
     if missing:
         raise PayloadError(f"transition batch lacks {missing}")
@@ -89,6 +93,11 @@ def check_transitions(tensors: Mapping[str, np.ndarray]) -> int:
         raise PayloadError(f"obs {tensors['obs'].shape} and next_obs {tensors['next_obs'].shape} differ")
     if size < 1:
         raise PayloadError("empty transition batch")
+    for name in FINITE_FIELDS:
+        value = tensors[name]
+        rows = np.flatnonzero(~np.isfinite(value).all(axis=tuple(range(1, value.ndim))))
+        if len(rows):
+            raise PayloadError(f"transition field {name!r} has NaN/inf values (rows {rows[:10].tolist()})")
     return size
 
 
@@ -115,7 +124,7 @@ class Reassembler:
         magic, transfer_id, index, count, total = _FRAME.unpack_from(frame)
         if magic != _MAGIC:
             raise PayloadError("frame has a bad magic number (not a robolearn actor/learner peer?)")
-        if total > self.max_payload or count < 1 or index >= count:
+        if total > self.max_payload or count < 1 or index >= count or count > -(-total // CHUNK) + 1:
             raise PayloadError(f"frame header out of range (index {index}, count {count}, total {total})")
         if index == 0:
             self._id, self._parts, self._count, self._total = transfer_id, [], count, total

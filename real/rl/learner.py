@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from real.rl.codec import PayloadError
 from real.rl.link import LearnerServer, TransitionBatch
 from robolearn import checkpoint
 from robolearn.algos.sac import SAC, SACConfig
@@ -90,12 +91,17 @@ class Learner:
                                    self.cfg.n_step, self.cfg.gamma)  # fmt: skip
         log.info("SAC built for %d observations, %d actions", obs_dim, num_actions)
 
-    def publish(self) -> int:
-        """Publish the actor's parameters now; returns their version."""
+    def publish(self) -> int | None:
+        """Publish the actor's parameters now; returns their version, or None when they hold NaN/inf (then the
+        robots keep acting with the last good version; the error is logged)."""
         state = {f"actor.{k}": v for k, v in self.sac.actor.state_dict().items()}
         meta = {"policy": policy_config(self.sac), "transitions": self.transitions, "updates": self.updates}
-        version = self.server.publish_parameters(state, meta)
         self._last_publish, self._published_updates = time.monotonic(), self.updates
+        try:
+            version = self.server.publish_parameters(state, meta)
+        except PayloadError as e:
+            log.error("not publishing after %d updates: %s; actors keep v%d", self.updates, e, self.server.version)
+            return None
         log.info("published parameters v%d (%d transitions, %d updates)", version, self.transitions, self.updates)
         return version
 
@@ -217,7 +223,8 @@ def sac_config(algo: str = "sac", overrides: dict[str, str] | None = None) -> SA
     return _off_policy_config(cfg["algo"])
 
 
-def _token(opts: dict[str, str]) -> str:
+def read_token(opts: dict[str, str]) -> str:
+    """The shared secret from ``token=`` / ``token_file=`` in ``opts`` (removed from it) or ROBOLEARN_TOKEN."""
     token = opts.pop("token", None) or os.environ.get("ROBOLEARN_TOKEN", "")
     if "token_file" in opts:
         token = Path(opts.pop("token_file")).read_text().strip()
@@ -231,7 +238,7 @@ def cmd_learner(opts: dict[str, str]) -> int:
     [checkpoint_s=60] [duration=s] [device=cpu] [seed=0] [obs_dim=D num_actions=A]``; the token from
     ROBOLEARN_TOKEN or token_file=."""
     opts = dict(opts)
-    token = _token(opts)
+    token = read_token(opts)
     overrides = {k[5:]: opts.pop(k) for k in [k for k in opts if k.startswith("algo.")]}
     try:
         run_dir = Path(opts.pop("run_dir"))

@@ -2,29 +2,38 @@
 
 Modelled on LeRobot's HIL-SERL ``LearnerService`` (client-streamed transitions, server-streamed parameters,
 2 MiB frames under a 4 MiB message cap) with what it leaves out: payloads are safetensors (`real.rl.codec`,
-never pickle), every call carries a shared-secret token checked in constant time (UNAUTHENTICATED
-otherwise), and the actor side never blocks its caller.
+never pickle), both ends prove they know a shared-secret token, and the actor side never blocks its caller.
+
+Authentication. Every call carries a credential derived from the token (``HMAC(token, "robolearn actor")``,
+never the token itself), checked by the learner in constant time (UNAUTHENTICATED otherwise). The learner
+signs every parameter payload with ``HMAC(token, sha256(payload))``, which the actor checks in constant time
+before decoding, and it drops (and counts) what is unsigned or signed with another token. So an impostor
+listening on the learner's port learns only the credential, which cannot sign parameters.
 
 Wire format. Two methods of the service ``robolearn.real.Learner``, registered as generic handlers whose
 messages are raw bytes (no protobuf, so no generated code and no protobuf runtime version to match):
 
 - ``SendTransitions``: client stream of frames of one "transitions" payload -> JSON ``{"received": n}``.
-- ``StreamParameters``: empty request -> server stream of frames of "parameters" payloads; the learner sends
-  its newest parameters on connect and then each newer version (a slow actor skips versions, newest only).
+- ``StreamParameters``: empty request -> server stream of frames of signed "parameters" payloads (the 32-byte
+  signature, then the payload); the learner sends its newest parameters on connect and then each newer
+  version (a slow actor skips versions, newest only).
 
 `ActorClient` keeps transitions in a bounded queue (oldest dropped and counted when full) that a background
 thread ships in batches; a second thread holds the parameter stream. Both reconnect with exponential
 backoff, so the learner can be killed and restarted while the actor keeps controlling the robot.
 Parameters carry ``(session, version)``: a restarted learner is a new session and is taken at once.
 
-The token protects against stray or misconfigured peers, not eavesdroppers: traffic is not encrypted, so
-run the learner on a trusted network or behind an SSH tunnel / VPN.
+The token protects against stray, misconfigured or impostor peers, not eavesdroppers: traffic is not encrypted
+(an eavesdropper can replay the credential and old signed parameters), so run the learner on a trusted network
+or behind an SSH tunnel / VPN. Non-finite transitions are refused at both ends (INVALID_ARGUMENT; the actor
+drops and counts such a batch instead of retrying it), and the learner never publishes non-finite parameters.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import hmac
 import itertools
 import json
@@ -43,6 +52,7 @@ import numpy as np
 import torch
 
 from real.rl.codec import (
+    FINITE_FIELDS,
     MAX_MESSAGE,
     TRANSITION_FIELDS,
     PayloadError,
@@ -56,7 +66,8 @@ from real.rl.codec import (
 log = logging.getLogger(__name__)
 
 SERVICE = "robolearn.real.Learner"
-TOKEN_HEADER = "x-robolearn-token"
+TOKEN_HEADER = "x-robolearn-token"  # carries `credential(token)`, never the token
+SIGNATURE_SIZE = 32  # bytes of `sign`'s HMAC-SHA256 in front of each parameter payload
 _LIMITS = [("grpc.max_send_message_length", MAX_MESSAGE + 4096),
            ("grpc.max_receive_message_length", MAX_MESSAGE + 4096)]  # fmt: skip
 SERVER_OPTIONS = _LIMITS + [
@@ -78,6 +89,16 @@ def _check_token(token: str) -> str:
     if not isinstance(token, str) or not token:
         raise ValueError("the actor/learner link needs a non-empty shared-secret token")
     return token
+
+
+def credential(token: str) -> str:
+    """What an actor presents in ``TOKEN_HEADER``: derived from the token, useless for signing parameters."""
+    return hmac.new(token.encode(), b"robolearn actor", "sha256").hexdigest()
+
+
+def sign(token: str, payload: bytes) -> bytes:
+    """The 32-byte signature of a parameter payload: ``HMAC-SHA256(token, sha256(payload))``."""
+    return hmac.new(token.encode(), hashlib.sha256(payload).digest(), "sha256").digest()
 
 
 @dataclasses.dataclass
@@ -106,11 +127,13 @@ class LearnerServer:
         self.host, self.port = host, port
         self.session = uuid.uuid4().hex[:12]
         self.version = 0  # of the newest published parameters (a restored learner sets it before publishing)
-        self.stats = {"batches": 0, "transitions": 0, "rejected": 0, "invalid": 0, "busy": 0}
+        self.stats = {"batches": 0, "transitions": 0, "rejected": 0, "invalid": 0, "busy": 0}  # via _count
         self.actors: dict[str, dict[str, Any]] = {}  # actor id -> its latest batch metadata
+        self._credential = credential(self.token)
+        self._stats_lock = threading.Lock()  # stats are counted from many RPC threads
         self._pending: queue.Queue[TransitionBatch] = queue.Queue(maxsize=max_pending)
         self._cond = threading.Condition()
-        self._params: tuple[tuple[str, int], bytes] | None = None  # ((session, version), payload)
+        self._params: tuple[tuple[str, int], bytes] | None = None  # ((session, version), signature + payload)
         self._stopping = False
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers, thread_name_prefix="learner-rpc"),
                                    options=SERVER_OPTIONS)  # fmt: skip
@@ -163,21 +186,32 @@ class LearnerServer:
         return out
 
     def publish_parameters(self, tensors: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> int:
-        """Make ``tensors`` (e.g. the actor's state_dict) the newest parameters; returns their version."""
+        """Make ``tensors`` (e.g. the actor's state_dict) the newest parameters; returns their version.
+
+        Raises `PayloadError` (publishing nothing) if a tensor holds NaN/inf: a diverged learner must not
+        reach the robots.
+        """
+        bad = sorted(name for name, value in tensors.items() if not torch.isfinite(torch.as_tensor(value)).all())
+        if bad:
+            raise PayloadError(f"refusing to publish non-finite parameters {bad[:5]}")
         with self._cond:
             self.version += 1
             key = (self.session, self.version)
             payload = encode("parameters", tensors, {**(meta or {}), "session": key[0], "version": key[1]})
-            self._params = (key, payload)
+            self._params = (key, sign(self.token, payload) + payload)
             self._cond.notify_all()
         return key[1]
 
     # --- RPC handlers (server threads) -------------------------------------------------------------------
 
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._stats_lock:
+            self.stats[key] += n
+
     def _authorize(self, context: grpc.ServicerContext) -> None:
         given = dict(context.invocation_metadata()).get(TOKEN_HEADER, "")
-        if not hmac.compare_digest(str(given).encode(), self.token.encode()):
-            self.stats["rejected"] += 1
+        if not hmac.compare_digest(str(given).encode(), self._credential.encode()):
+            self._count("rejected")
             log.warning("rejected a call from %s: bad or missing token", context.peer())
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad or missing actor/learner token")
 
@@ -195,13 +229,13 @@ class LearnerServer:
                 try:
                     self._pending.put(TransitionBatch(tensors, meta, size, context.peer()), timeout=2.0)
                 except queue.Full:
-                    self.stats["busy"] += 1
+                    self._count("busy")
                     context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "learner is behind; send again later")
                 received += size
-                self.stats["batches"] += 1
-                self.stats["transitions"] += size
+                self._count("batches")
+                self._count("transitions", size)
         except PayloadError as e:
-            self.stats["invalid"] += 1
+            self._count("invalid")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         return json.dumps({"received": received, "session": self.session}).encode()
 
@@ -250,10 +284,13 @@ class ActorClient:
         self.max_queued, self.max_batch, self.call_timeout = max_queued, max_batch, call_timeout
         self.actor_id = actor_id or uuid.uuid4().hex[:8]
         self.backoff = backoff
-        self.stats = {"queued": 0, "sent": 0, "dropped": 0, "calls": 0, "failures": 0, "parameters": 0}
+        # transitions queued/sent/dropped (queue full)/invalid (refused by the learner)/nonfinite (never sent);
+        # parameters received and bad_signature (unsigned or another token's: not installed)
+        self.stats = {"queued": 0, "sent": 0, "dropped": 0, "invalid": 0, "nonfinite": 0, "calls": 0, "failures": 0,
+                      "parameters": 0, "bad_signature": 0}  # fmt: skip
         self.last_error: str | None = None
         self.latest_meta: dict[str, Any] | None = None  # meta of the parameters last returned
-        self._metadata = ((TOKEN_HEADER, token),)
+        self._metadata = ((TOKEN_HEADER, credential(token)),)
         self._queue: collections.deque[tuple[int, dict[str, np.ndarray]]] = collections.deque()
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -273,8 +310,22 @@ class ActorClient:
     # --- the control loop's side (never blocks on the network) -------------------------------------------
 
     def send_transitions(self, batch: Mapping[str, Any]) -> None:
-        """Queue a batch (fields of `codec.TRANSITION_FIELDS`, leading dim B) for the learner."""
+        """Queue a batch (fields of `codec.TRANSITION_FIELDS`, leading dim B) for the learner.
+
+        Rows with NaN/inf in obs, next_obs, actions or rewards are dropped here and counted (``nonfinite``).
+        """
         tensors = {k: np.array(batch[k], dtype=dtype) for k, (dtype, _) in TRANSITION_FIELDS.items() if k in batch}
+        if all(k in tensors for k in FINITE_FIELDS):
+            finite = np.ones(len(tensors["rewards"]), dtype=bool)
+            for name in FINITE_FIELDS:
+                value = tensors[name]
+                finite &= np.isfinite(value).all(axis=tuple(range(1, value.ndim)))
+            if not finite.all():
+                self.stats["nonfinite"] += int((~finite).sum())
+                log.error("dropping %d transitions with NaN/inf values", (~finite).sum())
+                tensors = {k: v[finite] for k, v in tensors.items()}
+                if not finite.any():
+                    return
         size = check_transitions(tensors)
         with self._cond:
             self._queue.append((size, tensors))
@@ -324,6 +375,12 @@ class ActorClient:
                 backoff.reset()
             except grpc.RpcError as e:
                 self._failed(e)
+                if e.code() == grpc.StatusCode.INVALID_ARGUMENT:  # sending it again would fail again: drop it
+                    log.error("learner refused %d transitions as invalid (%s): dropped", count, e.details())
+                    with self._cond:
+                        self.stats["invalid"] += count
+                        self._inflight = 0
+                    continue
                 with self._cond:  # back to the front, in order; the bound still holds
                     self._queue.extendleft(reversed(inflight))
                     self.stats["queued"] += count
@@ -339,8 +396,7 @@ class ActorClient:
                 reassembler = Reassembler()
                 for frame in call:
                     payload = reassembler.feed(frame)
-                    if payload is not None:
-                        self._take(payload)
+                    if payload is not None and self._take(payload):
                         self.last_error = None
                         backoff.reset()
                 self._param_call = None  # the learner ended the stream (stopping): reconnect
@@ -352,17 +408,28 @@ class ActorClient:
                 self._stop.wait(backoff.next() if e.code() != grpc.StatusCode.UNAUTHENTICATED else self.backoff[1])
             except PayloadError as e:
                 self._param_call = None
+                call.cancel()  # the stream is out of step: start over on a fresh call
                 self.last_error = f"bad parameters from the learner: {e}"
                 log.error(self.last_error)
                 self._stop.wait(backoff.next())
 
-    def _take(self, payload: bytes) -> None:
+    def _take(self, signed: bytes) -> bool:
+        """Install a signed parameter payload as the newest; whether it was accepted (correctly signed)."""
+        signature, payload = signed[:SIGNATURE_SIZE], signed[SIGNATURE_SIZE:]
+        if not hmac.compare_digest(signature, sign(self.token, payload)):
+            self.stats["bad_signature"] += 1
+            message = "parameters not signed with our token (an impostor or a misconfigured learner): ignored"
+            if message != self.last_error:
+                log.error("learner link: %s", message)
+            self.last_error = message
+            return False
         meta, tensors = decode(payload, "parameters")
         key = (str(meta.get("session")), int(meta.get("version", 0)))
         state = {k: torch.from_numpy(np.array(v)) for k, v in tensors.items()}
         with self._cond:
             self._newest = (key, state, meta)
             self.stats["parameters"] += 1
+        return True
 
     def _failed(self, error: grpc.RpcError) -> None:
         self.stats["failures"] += 1

@@ -124,6 +124,9 @@ class _DdsSubscription(Subscription):
         self.transport, self.topic, self.msg_type, self.qos = transport, topic, msg_type, qos
         self.callback, self.raw = guarded(callback, topic), raw
         self.closed = False
+        # One drain at a time: the constructor's and the listener thread's would otherwise take samples in
+        # parallel and deliver them out of order. Re-entrant: a callback may publish to its own topic.
+        self._drain_lock = threading.RLock()
         self.reader: DataReader | None = None
         self.reader = DataReader(
             transport.participant,
@@ -135,6 +138,10 @@ class _DdsSubscription(Subscription):
 
     def drain(self) -> None:
         """Take every waiting sample and hand it to the callback (runs on Cyclone's listener thread)."""
+        with self._drain_lock:
+            self._drain()
+
+    def _drain(self) -> None:
         reader = self.reader
         while reader is not None and not self.closed:
             batch = ddspy_take(reader._ref, _ANY_STATE, _TAKE_BATCH)
