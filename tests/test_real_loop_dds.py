@@ -17,7 +17,8 @@ import time
 
 import numpy as np
 import pytest
-from test_real_runner import dds_domain, rc_config
+from conftest import next_dds_domain as dds_domain  # one domain-id scheme for every DDS test
+from test_real_runner import rc_config
 
 from real import msgs
 from real.deploy import build_runner, load_deploy_policy

@@ -6,10 +6,8 @@ runner tests too. Everything here runs on the memory transport with a fake clock
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
-import os
 import time
 from typing import Any
 
@@ -27,16 +25,6 @@ from robolearn import checkpoint
 from robolearn.errors import ConfigError
 
 SQUARE = [[0.0, 0.0], [2.0, 0.0], [2.0, 2.0], [0.0, 2.0]]  # a small course, driven counter-clockwise
-_domains = itertools.count()
-
-
-def dds_domain() -> int:
-    """A DDS domain id no other test (or xdist worker) uses at the same time (the transport tests' scheme)."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    slot = int(worker[2:]) % 2 if worker[2:].isdigit() else 0
-    return 1 + slot * 116 + (os.getpid() + 7 + next(_domains)) % 115
-
-
 def set_key(cfg: dict, dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     for k in keys[:-1]:

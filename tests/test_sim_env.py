@@ -69,13 +69,9 @@ def test_backends_agree(name):
     torch.testing.assert_close(ra, rb, atol=1e-4, rtol=1e-3)
 
 
-# The two MJX VecEnv tests build the same env (same compiled step): one xdist worker runs both, so
-# the second finds the first's compile in the persistent cache.
-@pytest.mark.xdist_group("mjx-cartpole")
-@pytest.mark.parametrize("backend", ["mujoco", "mjx"])
-def test_final_obs_and_time_outs(backend):
-    """At the time limit: dones and time_outs set, final_obs is the pre-reset state, obs is a fresh start."""
-    env = sim.make("cartpole-swingup", num_envs=3, backend=backend, episode_length=5)
+def _check_final_obs_and_time_outs(env):
+    """(cartpole-swingup, 3 envs, 5-step episodes) At the time limit: dones and time_outs set,
+    final_obs is the pre-reset state, obs is a fresh start."""
     zero = torch.zeros(3, 1)
     for _t in range(4):
         obs, _, dones, extras = env.step(zero)
@@ -128,12 +124,9 @@ def test_every_task_deterministic_by_seed_and_resets(name):
     assert torch.isfinite(o1).all() and torch.isfinite(r1).all()
 
 
-@pytest.mark.xdist_group("mjx-cartpole")
-@pytest.mark.parametrize("backend", ["mujoco", "mjx"])
-def test_determinism_by_seed(backend):
-    """Same seed, same numbers, through auto-resets; a new seed, new numbers. One env instance
-    re-seeded by `reset(seed=...)` (a second MJX instance would only pay its compile again)."""
-    env = sim.make("cartpole-swingup", num_envs=3, backend=backend, seed=3, episode_length=5)
+def _check_determinism_by_seed(env):
+    """Same seed, same numbers, through auto-resets; a new seed, new numbers (one instance re-seeded)."""
+    env.reset(seed=3)
     o1, r1 = _rollout(env, 30)
     env.reset(seed=3)
     o2, r2 = _rollout(env, 30)
@@ -141,6 +134,14 @@ def test_determinism_by_seed(backend):
     o3, _ = _rollout(env, 30)
     assert torch.equal(o1, o2) and torch.equal(r1, r2)
     assert not torch.equal(o1, o3)
+
+
+@pytest.mark.parametrize("backend", ["mujoco", "mjx"])
+def test_final_obs_time_outs_and_determinism(backend):
+    """Both checks on one env: on MJX a second instance would only pay its compile again."""
+    env = sim.make("cartpole-swingup", num_envs=3, backend=backend, seed=3, episode_length=5)
+    _check_final_obs_and_time_outs(env)
+    _check_determinism_by_seed(env)
 
 
 def test_env_i_depends_only_on_seed_and_index():
