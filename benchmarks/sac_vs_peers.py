@@ -6,12 +6,15 @@ automatic temperature with target entropy -|A| (our `sac` preset is SB3's SAC re
 1. Gradient updates per second: each learner's replay buffer is filled with the same number of
    random transitions of the task, then each runs `--updates` updates (sampling included), in
    alternating rounds; the median round counts.
-2. Sample efficiency: each learns the task from scratch on one env for `--env-steps`; every
-   `--eval-every` env-steps its deterministic policy is evaluated on 8 episodes (seed 1000); the
-   env-steps at which the evaluation first reaches `--threshold` are reported.
+2. Sample efficiency: each learns the task from scratch on one env for `--env-steps`, for every
+   seed in `--seeds`; every `--eval-every` env-steps its deterministic policy is evaluated on 8
+   episodes (seed 1000); the env-steps at which the evaluation first reaches `--threshold` are
+   reported per seed, and their median (a run that never reaches it counts as `--env-steps` + 1).
 
-    python benchmarks/sac_vs_peers.py                                 # pendulum-swingup
     python benchmarks/sac_vs_peers.py --skip-learning --updates 500   # update speed only
+    # sample efficiency, small networks, DM Control's action repeat 4 on pendulum-swingup:
+    python benchmarks/sac_vs_peers.py --skip-speed --hidden 64 64 --batch-size 128 --learning-starts 1000 \
+        --action-repeat 4 --episode-length 250 --env-steps 16000 --eval-every 2000 --threshold 100 --seeds 0 1 2
 """
 
 from __future__ import annotations
@@ -39,13 +42,22 @@ def sb3_sac(env: Any, args: argparse.Namespace, seed: int):
     from stable_baselines3 import SAC as SB3SAC
 
     return SB3SAC("MlpPolicy", env, batch_size=args.batch_size, learning_starts=args.learning_starts,
-                  policy_kwargs={"net_arch": [256, 256]}, train_freq=1, gradient_steps=args.utd,
+                  policy_kwargs={"net_arch": list(args.hidden)}, train_freq=1, gradient_steps=args.utd,
                   buffer_size=1_000_000, seed=seed, device="cpu", verbose=0)
 
 
 def our_sac(env: Any, args: argparse.Namespace) -> SAC:
     return SAC.for_env(env, SACConfig(batch_size=args.batch_size, utd_ratio=float(args.utd),
-                                      learning_starts=args.learning_starts))
+                                      learning_starts=args.learning_starts, actor_hidden=tuple(args.hidden),
+                                      critic_hidden=tuple(args.hidden)))
+
+
+def overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Task overrides shared by both learners' envs and the evaluation envs."""
+    out: dict[str, Any] = {"action_repeat": args.action_repeat}
+    if args.episode_length:
+        out["episode_length"] = args.episode_length
+    return out
 
 
 def update_speed(args: argparse.Namespace) -> dict:
@@ -86,8 +98,8 @@ def update_speed(args: argparse.Namespace) -> dict:
             "robolearn_rounds": ours_rates, "sb3_rounds": peer_rates}
 
 
-def evaluate(act, task: str, episodes: int = 8) -> float:
-    env = sim.make(task, num_envs=episodes, seed=1000)
+def evaluate(act, task: str, episodes: int = 8, **task_overrides: Any) -> float:
+    env = sim.make(task, num_envs=episodes, seed=1000, **task_overrides)
     obs = env.get_observations()
     total = torch.zeros(episodes, dtype=torch.float64)
     done = torch.zeros(episodes, dtype=torch.bool)
@@ -102,37 +114,51 @@ def evaluate(act, task: str, episodes: int = 8) -> float:
 
 
 def learning(args: argparse.Namespace) -> dict:
-    """Evaluation curves of both learners and the env-steps each needs to reach the threshold."""
-    curves: dict[str, list[tuple[int, float]]] = {"robolearn": [], "sb3": []}
-    start = time.perf_counter()
-    torch.manual_seed(args.seed)
-    env = sim.make(args.task, num_envs=1, seed=args.seed)
-    runner = OffPolicyRunner(env, our_sac(env, args), "/tmp/robolearn-bench-sac-learn", {}, seed=args.seed,
-                             progress=False, steps_per_iteration=args.eval_every)
-    for i in range(args.env_steps // args.eval_every):
-        runner.learn(i + 1, checkpoint_interval=10**9)
-        ret = evaluate(lambda o: runner.algo.act({"policy": o}, deterministic=True), args.task)
-        curves["robolearn"].append((runner.env_steps, ret))
-        print(f"robolearn {runner.env_steps} {ret:.1f} ({time.perf_counter() - start:.0f} s)")
-    env.close()
-    ours_s = time.perf_counter() - start
+    """Evaluation curves of both learners per seed and the env-steps each needs to reach the threshold."""
+    ov = overrides(args)
+    curves: dict[str, dict[int, list[tuple[int, float]]]] = {"robolearn": {}, "sb3": {}}
+    wall = {"robolearn": 0.0, "sb3": 0.0}
+    rounds = args.env_steps // args.eval_every
+    for seed in args.seeds:
+        start = time.perf_counter()
+        torch.manual_seed(seed)
+        env = sim.make(args.task, num_envs=1, seed=seed, **ov)
+        runner = OffPolicyRunner(env, our_sac(env, args), f"/tmp/robolearn-bench-sac-learn-{seed}", {}, seed=seed,
+                                 progress=False, steps_per_iteration=args.eval_every)
+        curve = curves["robolearn"][seed] = []
+        for i in range(rounds):
+            runner.learn(i + 1, checkpoint_interval=10**9)
+            ret = evaluate(lambda o, r=runner: r.algo.act({"policy": o}, deterministic=True), args.task, **ov)
+            curve.append((runner.env_steps, ret))
+            print(f"robolearn seed {seed} {runner.env_steps} {ret:.1f} ({time.perf_counter() - start:.0f} s)")
+        env.close()
+        wall["robolearn"] += time.perf_counter() - start
 
-    start = time.perf_counter()
-    sb3_env = sim.make_sb3(args.task, num_envs=1, seed=args.seed)
-    peer = sb3_sac(sb3_env, args, args.seed)
-    for i in range(args.env_steps // args.eval_every):
-        peer.learn(args.eval_every, reset_num_timesteps=i == 0)
-        ret = evaluate(lambda o: torch.as_tensor(peer.predict(o.numpy(), deterministic=True)[0]), args.task)
-        curves["sb3"].append(((i + 1) * args.eval_every, ret))
-        print(f"sb3 {(i + 1) * args.eval_every} {ret:.1f} ({time.perf_counter() - start:.0f} s)")
-    sb3_env.close()
-    peer_s = time.perf_counter() - start
+        start = time.perf_counter()
+        sb3_env = sim.make_sb3(args.task, num_envs=1, seed=seed, **ov)
+        peer = sb3_sac(sb3_env, args, seed)
+        curve = curves["sb3"][seed] = []
+        for i in range(rounds):
+            peer.learn(args.eval_every, reset_num_timesteps=i == 0)
+            ret = evaluate(lambda o, p=peer: torch.as_tensor(p.predict(o.numpy(), deterministic=True)[0]), args.task,
+                           **ov)
+            curve.append(((i + 1) * args.eval_every, ret))
+            print(f"sb3 seed {seed} {(i + 1) * args.eval_every} {ret:.1f} ({time.perf_counter() - start:.0f} s)")
+        sb3_env.close()
+        wall["sb3"] += time.perf_counter() - start
 
     def first(curve):
-        return next((s for s, r in curve if r >= args.threshold), None)
+        return next((s for s, r in curve if r >= args.threshold), args.env_steps + 1)
 
-    return {"curves": curves, "threshold": args.threshold, "robolearn_steps_to_threshold": first(curves["robolearn"]),
-            "sb3_steps_to_threshold": first(curves["sb3"]), "robolearn_wall_s": ours_s, "sb3_wall_s": peer_s}
+    out: dict[str, Any] = {"curves": curves, "threshold": args.threshold, "wall_s": wall}
+    for who in curves:
+        steps = [first(c) for c in curves[who].values()]
+        out[f"{who}_steps_to_threshold"] = steps
+        out[f"{who}_median_steps_to_threshold"] = statistics.median(steps)
+        out[f"{who}_final_return_mean"] = statistics.mean(c[-1][1] for c in curves[who].values())
+    print(f"median env-steps to {args.threshold}: robolearn {out['robolearn_median_steps_to_threshold']}, "
+          f"stable-baselines3 {out['sb3_median_steps_to_threshold']}")
+    return out
 
 
 def main() -> None:
@@ -147,12 +173,18 @@ def main() -> None:
     ap.add_argument("--env-steps", type=int, default=40_000)
     ap.add_argument("--eval-every", type=int, default=5_000)
     ap.add_argument("--threshold", type=float, default=600.0)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
+    ap.add_argument("--action-repeat", type=int, default=1)
+    ap.add_argument("--episode-length", type=int, default=0, help="0: the task's default")
     ap.add_argument("--skip-learning", action="store_true")
+    ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     fields: dict[str, Any] = {"task": args.task, "settings": {k: v for k, v in vars(args).items() if k != "out"},
-                              "torch_threads": torch.get_num_threads(), "updates": update_speed(args)}
+                              "torch_threads": torch.get_num_threads()}
+    if not args.skip_speed:
+        fields["updates"] = update_speed(args)
     if not args.skip_learning:
         fields["learning"] = learning(args)
     out = args.out or RESULTS / f"sac_vs_peers_{args.task}_cpu.json"
