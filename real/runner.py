@@ -7,11 +7,14 @@ Each tick, on an absolute deadline (`real.timing`):
 3. build the observation from the config's slots; if a watched input is stale or missing, no policy step;
 4. otherwise the policy acts (clipped to [-1, 1]); an adapter manoeuvre (recovery) may replace it;
 5. `SafetyFilter` (latched e-stop, stale watchdog, teleop override, NaN, clamp, rate limit) gives the command;
-6. the adapter turns it into the robot's message (its stop message on stops), which is published;
+6. the adapter turns it into the robot's message, which is published: on stops the filter's stop command
+   (zero or brake) through `adapter.stop_msg` (an arm holds its measured pose), stamped now;
 7. the `Tick` record goes to `on_tick` and the hooks; timing goes to `LoopStats`, published and logged every
    ``stats.interval_s``.
 
-`run` wraps the loop in `zero_on_exit`: the robot's stop message goes out when the loop ends for any reason.
+`run` wraps the loop in `zero_on_exit`: the same stop message goes out when the loop ends for any reason. About
+a second after starting it warns once when no e-stop publisher or no command subscriber is matched;
+``require_estop: true`` keeps the robot stopped (mode "stale", input ``estop_link``) until an e-stop publisher is.
 
 Hooks for an actor (on-robot learning): `add_hook(fn)` (or override `on_tick`) receives every `Tick` with the
 observation, the raw policy action, the command sent, the `SafetyInfo` (intervention, recorded human
@@ -46,7 +49,9 @@ log = logging.getLogger(__name__)
 NEVER_STALE = 1e9  # seconds: the watchdog age of inputs configured with max_age 0
 MODES = ("policy", "recovery", "teleop", "stale", "estop", "fault")
 RUNNER_KEYS = ("robot", "rate_hz", "device", "spin_ms", "inputs", "observation", "command", "safety", "estop",
-               "teleop", "stats", "adapter")
+               "teleop", "stats", "adapter", "require_estop")
+ESTOP_LINK = "estop_link"  # the watchdog's pseudo-input under require_estop: stale until an e-stop publisher matches
+LINK_GRACE_S = 1.0  # seconds of running before the e-stop and command links are checked (DDS discovery)
 
 
 @dataclasses.dataclass
@@ -65,6 +70,7 @@ class RunnerConfig:
     teleop: dict[str, Any] | None = None
     stats: dict[str, Any] | None = None
     adapter: dict[str, Any] = dataclasses.field(default_factory=dict)
+    require_estop: bool = False
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any]) -> RunnerConfig:
@@ -87,11 +93,16 @@ class RunnerConfig:
         for key, valid in (("estop", ("topic", "qos")), ("teleop", ("topic", "qos")),
                            ("stats", ("topic", "interval_s"))):
             check_keys(cfg.get(key) or {}, valid, key)
+        require_estop = bool(cfg.get("require_estop") or False)
+        if require_estop and not _topic(cfg.get("estop")):
+            raise ConfigError("require_estop: true needs an estop topic")
+        if ESTOP_LINK in inputs:
+            raise ConfigError(f"{ESTOP_LINK!r} is reserved; rename that input")
         return cls(robot=str(cfg["robot"]), inputs=inputs, observation=[Slot.from_dict(s) for s in cfg["observation"]],
                    rate_hz=rate, device=str(cfg.get("device", "cpu")), spin_ms=float(cfg.get("spin_ms", 0.2)),
                    command=command, safety=dict(cfg.get("safety") or {}), estop=_topic(cfg.get("estop")),
                    teleop=_topic(cfg.get("teleop")), stats=_topic(cfg.get("stats")),
-                   adapter=dict(cfg.get("adapter") or {}))
+                   adapter=dict(cfg.get("adapter") or {}), require_estop=require_estop)
 
     def safety_config(self, num_actions: int, max_ages: Mapping[str, float]) -> SafetyConfig:
         """The `SafetyConfig`: rates per second become per-tick limits at ``rate_hz``."""
@@ -142,7 +153,7 @@ class Tick:
 
 
 class _StopPublisher(Publisher):
-    """Publishes the adapter's stop message, built when sent (an arm holds where it is at exit time)."""
+    """Publishes the runner's stop message, built when sent (an arm holds where it is at exit time)."""
 
     def __init__(self, publisher: Publisher, stop_msg: Callable[[], Any]) -> None:
         self.publisher, self.stop_msg = publisher, stop_msg
@@ -174,6 +185,8 @@ class PolicyRunner:
             raise ConfigError(f"the {config.robot} adapter reads inputs {missing}, which the config does not define")
         self.watched = sorted(set(self.builder.inputs_used) | set(self.adapter.inputs))
         self.max_age = {name: self._max_age(config.inputs[name]) for name in self.watched}
+        if config.require_estop:
+            self.max_age[ESTOP_LINK] = NEVER_STALE
         self.safety = SafetyFilter(config.safety_config(self.num_actions, self.max_age))
         self.inputs = InputCache(config.inputs.values())
         for name in (*self.builder.averaged_inputs, *self.adapter.period_inputs):
@@ -194,18 +207,23 @@ class PolicyRunner:
         self.interval_stats = LoopStats(self.period_ns)  # since the last report
         self._prev_start: int | None = None
         self._stop = threading.Event()
-        self._teleop: tuple[Any, int] | None = None
+        self._teleop: np.ndarray | None = None
         self._teleop_lock = threading.Lock()
+        self.bad_teleop = 0  # teleop messages dropped (not convertible to an action)
         self._hook_errors = 0
+        self._reseed_limiter = True  # restart the limiter from the adapter's hold (startup, after stops)
+        self._estop_linked = False
 
         command = config.command
         self.publisher = transport.publisher(command["topic"], self.adapter.command_type, command.get("qos"))
         self.stats_publisher = (transport.publisher(config.stats["topic"], msgs.FLOAT32_MULTI_ARRAY, "default")
                                 if config.stats else None)
         self.subscriptions = self.inputs.subscribe(transport)
+        self.estop_subscription = None
         if config.estop:
-            self.subscriptions.append(subscribe_estop(transport, self.safety, config.estop["topic"],
-                                                      config.estop.get("qos")))
+            self.estop_subscription = subscribe_estop(transport, self.safety, config.estop["topic"],
+                                                      config.estop.get("qos"))
+            self.subscriptions.append(self.estop_subscription)
         if config.teleop:
             self.subscriptions.append(transport.subscribe(config.teleop["topic"], self.adapter.command_type,
                                                           self._on_teleop, config.teleop.get("qos")))
@@ -214,15 +232,20 @@ class PolicyRunner:
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """The policy's raw action for one observation (override to sample, e.g. in an actor)."""
+        return self._forward(self.policy, obs)
+
+    def _forward(self, policy: Callable[[Any], Any], obs: np.ndarray) -> np.ndarray:
         x = torch.as_tensor(obs, dtype=torch.float32, device=self.device).unsqueeze(0)
         with torch.inference_mode():
-            out = self.policy({"policy": x})
+            out = policy({"policy": x})
         return out.detach().to("cpu", torch.float64).numpy().reshape(-1)
 
-    def _check_policy(self) -> None:
-        """One dry run on a zero observation: the policy must take len(observation) and give num_actions."""
+    def _check_policy(self, policy: Callable[[Any], Any] | None = None) -> None:
+        """One dry run on a zero observation (of ``policy``, default the installed one through `act`): the
+        policy must take len(observation) and give num_actions, else `ConfigError`."""
+        zeros = np.zeros(len(self.builder), dtype=np.float32)
         try:
-            out = self.act(np.zeros(len(self.builder), dtype=np.float32))
+            out = self.act(zeros) if policy is None else self._forward(policy, zeros)
         except RuntimeError as e:
             raise ConfigError(f"the policy does not take the deploy config's {len(self.builder)}-entry "
                               f"observation ({', '.join(self.builder.names)}): {e}") from e
@@ -235,10 +258,13 @@ class PolicyRunner:
         """Install a new policy module or new parameters before the next tick (thread-safe).
 
         A ``state_dict`` is checked against the current policy now (names and shapes; a `ValueError` here
-        rather than a failure inside the control loop) and copied in between two ticks.
+        rather than a failure inside the control loop) and copied in between two ticks. A new ``policy``
+        module is moved to the runner's device, put in eval mode and dry-run like the first one (`ConfigError`).
         """
         if policy is None and state_dict is None:
             raise ValueError("swap_policy needs a policy or a state_dict")
+        if isinstance(policy, torch.nn.Module):
+            policy = policy.to(self.device).eval()
         if state_dict is not None:
             target = policy if policy is not None else self.policy
             current = target.state_dict()
@@ -247,6 +273,8 @@ class PolicyRunner:
             if wrong or bad:
                 raise ValueError(f"state_dict does not fit the policy: keys {wrong[:5]} differ, shapes of {bad[:5]}")
             state_dict = {k: v.detach().to("cpu").clone() for k, v in state_dict.items()}
+        if policy is not None and state_dict is None:
+            self._check_policy(policy)  # (with a state_dict the module changes before its first use: skipped)
         with self._policy_lock:
             self._pending = (policy, state_dict, version)
 
@@ -270,15 +298,22 @@ class PolicyRunner:
         self._apply_pending_policy()
         snapshot = self.inputs.take()
         obs_times = {name: snapshot[name].time_ns for name in self.watched}
+        if self.config.require_estop:  # no e-stop publisher matched yet: stale, stopped
+            obs_times[ESTOP_LINK] = start if self._estop_link_up() else None
         stale = [n for n, t in obs_times.items() if t is None or start - t > self.max_age[n] * 1e9]
         features = self.adapter.update(snapshot, start)
+        if self._reseed_limiter:  # e.g. the arm's gripper resumes from its held opening, not from 0 (half-open)
+            hold = self.adapter.hold_command()
+            if hold is not None:
+                self.safety.restart_limiter(hold)
+                self._reseed_limiter = False
         obs = self.builder.build(snapshot, features, self.prev_command)
         raw, mode = None, "policy"
         if stale:  # no policy step on stale or missing inputs; the filter sends the stop command
             action, mode = np.zeros(self.num_actions), "stale"
         else:
             raw = self.act(obs)
-            action = np.clip(raw, -1.0, 1.0)
+            action = np.where(np.isfinite(raw), np.clip(raw, -1.0, 1.0), np.nan)  # inf must not clip to +-1: fault
             manoeuvre = self.adapter.override(start)
             if manoeuvre is not None:
                 action, mode = manoeuvre
@@ -291,8 +326,11 @@ class PolicyRunner:
             mode = "fault"
         elif info.intervention:
             mode = "teleop"
-        stamp = self._stamp(snapshot)
-        msg = self.adapter.stop_msg(stamp) if info.stopped else self.adapter.command_msg(command, stamp)
+        if info.stopped:  # the filter's stop command (zero or brake), stamped now (a stale input's stamp is old)
+            msg = self.adapter.stop_msg(command, self._stamp(None))
+            self._reseed_limiter = True
+        else:
+            msg = self.adapter.command_msg(command, self._stamp(snapshot))
         if msg is not None:
             self.publisher.publish(msg)
         self.prev_command = command
@@ -318,23 +356,58 @@ class PolicyRunner:
         periods = float(self.config.safety.get("max_obs_age_periods", 3))
         return periods * self.period_ns / 1e9
 
-    def _stamp(self, snapshot: Mapping[str, Received]) -> int:
+    def _stamp(self, snapshot: Mapping[str, Received] | None) -> int:
+        """The command's header stamp as ``command.stamp`` says; without a ``snapshot`` (stops) an input's
+        stamp becomes now."""
         how = self.config.command.get("stamp", "now")
-        if how == "now":
-            return time.time_ns()
         if how == "zero":
             return 0
+        if how == "now" or snapshot is None:
+            return time.time_ns()
         msg = snapshot[how].msg  # copy an input's header stamp (ties a command to the observation it answers)
         return msgs.stamp_ns(msg.header.stamp) if msg is not None and hasattr(msg, "header") else 0
 
+    def _stop_msg(self) -> Any:
+        """The stop message of the exit path: the filter's stop command through the adapter, as on stop ticks."""
+        return self.adapter.stop_msg(self.safety.config.stop_command, self._stamp(None))
+
+    def _estop_link_up(self) -> bool:
+        """Whether an e-stop publisher has matched (once seen, kept: a lost link does not unlatch anything)."""
+        if not self._estop_linked and self.estop_subscription is not None:
+            self._estop_linked = self.estop_subscription.publisher_count() > 0
+        return self._estop_linked
+
+    def check_links(self) -> list[str]:
+        """Warn (and return the warnings) when no e-stop publisher or no command subscriber is matched."""
+        problems = []
+        if self.estop_subscription is not None and self.estop_subscription.publisher_count() == 0:
+            problems.append(f"no e-stop publisher on {self.config.estop['topic']} (a RELIABLE one is needed)"
+                            + ("; staying stopped until one matches" if self.config.require_estop else ""))
+        if self.publisher.subscriber_count() == 0:
+            problems.append(f"nobody subscribes to the commands on {self.publisher.topic}")
+        for problem in problems:
+            log.warning("%s", problem)
+        return problems
+
     def _on_teleop(self, msg: Any, receive_time_ns: int) -> None:
+        """Convert a teleop message here, on the transport's thread: a malformed one is dropped (logged,
+        counted in ``bad_teleop``) instead of raising inside the control tick."""
+        try:
+            action = np.asarray(self.adapter.teleop_action(msg), dtype=np.float64).reshape(-1)
+            if action.shape != (self.num_actions,):
+                raise ValueError(f"{action.size} values, need {self.num_actions}")
+        except Exception as e:
+            self.bad_teleop += 1
+            if self.bad_teleop <= 10 or self.bad_teleop % 1000 == 0:
+                log.warning("dropped a teleop message (%d so far): %s", self.bad_teleop, e)
+            return
         with self._teleop_lock:
-            self._teleop = (msg, receive_time_ns)
+            self._teleop = action
 
     def _take_teleop(self) -> np.ndarray | None:
         with self._teleop_lock:
             got, self._teleop = self._teleop, None
-        return None if got is None else self.adapter.teleop_action(got[0])
+        return got
 
     def _log_events(self, tick: Tick) -> None:
         event = tick.status.get("event")
@@ -368,9 +441,10 @@ class PolicyRunner:
         self._stop.clear()
         interval = (self.config.stats or {}).get("interval_s", 5.0)
         interval_ns = int(float(interval) * 1e9)
-        with zero_on_exit(_StopPublisher(self.publisher, self.adapter.stop_msg)):
+        with zero_on_exit(_StopPublisher(self.publisher, self._stop_msg)):
             start = deadline = self.clock()
             end = None if duration is None else start + int(duration * 1e9)
+            check_links_at: int | None = start + int(LINK_GRACE_S * 1e9)
             last_report, missed, ticks = start, 0, 0
             while not self._stop.is_set() and (max_ticks is None or ticks < max_ticks):
                 if end is not None and deadline >= end:
@@ -382,6 +456,9 @@ class PolicyRunner:
                 if now - last_report >= interval_ns:
                     self.report()
                     last_report = now
+                if check_links_at is not None and now >= check_links_at:
+                    self.check_links()
+                    check_links_at = None
                 deadline, missed = next_deadline(deadline, self.clock(), self.period_ns)
         summary = self.stats.summary()
         log.info("runner stopped after %d ticks: %s", ticks, _format(summary))
@@ -395,7 +472,10 @@ class PolicyRunner:
         """Publish and log the timing statistics since the last report, then start a new interval."""
         summary = self.interval_stats.summary()
         if self.stats_publisher is not None:
-            self.stats_publisher.publish(self.interval_stats.message())
+            try:  # statistics must never end control
+                self.stats_publisher.publish(self.interval_stats.message())
+            except Exception:
+                log.exception("publishing the loop statistics failed")
         level = logging.WARNING if summary["missed_ticks"] or summary["rate_hz"] < 0.95 * self.config.rate_hz \
             else logging.INFO
         log.log(level, "loop %s", _format(summary))

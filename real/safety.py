@@ -138,12 +138,20 @@ class SafetyFilter:
         last = np.zeros(self.config.dim) if command is None else np.array(command, dtype=np.float64).reshape(-1)
         if last.shape != self.low.shape:
             raise ValueError(f"reset command has shape {last.shape}, the limits {self.low.shape}")
-        if not np.all(np.isfinite(last)):
-            log.warning("safety filter reset from a non-finite command %s: using 0 there", last)
-        self.last = np.clip(np.where(np.isfinite(last), last, 0.0), self.low, self.high)
-        self.last_delta = np.zeros(self.config.dim)
+        self.restart_limiter(last)
         self.teleop_command: np.ndarray | None = None
         self.teleop_time_ns: int | None = None
+
+    def restart_limiter(self, command: ArrayLike) -> None:
+        """Restart only the rate/accel limiter from ``command`` (sanitized like `reset`; teleop and e-stop kept),
+        e.g. from what the robot holds after a stop."""
+        last = np.array(command, dtype=np.float64).reshape(-1)
+        if last.shape != self.low.shape:
+            raise ValueError(f"limiter command has shape {last.shape}, the limits {self.low.shape}")
+        if not np.all(np.isfinite(last)):
+            log.warning("safety filter limiter restarted from a non-finite command %s: using 0 there", last)
+        self.last = np.clip(np.where(np.isfinite(last), last, 0.0), self.low, self.high)
+        self.last_delta = np.zeros(self.config.dim)
 
     @property
     def estopped(self) -> bool:

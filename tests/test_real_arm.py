@@ -65,11 +65,51 @@ def test_position_targets_from_joint_states_and_a_latched_goal():
         arm.publish()  # the measured pose lags: targets integrate from the targets, not the measurement
         tick = runner.tick()
     np.testing.assert_allclose(arm.commands[-1].position[[0, 5]], [HOME[0] + 0.03 + 3 * 0.06, 0.08], atol=1e-9)
-    held = np.array(arm.commands[-1].position)
-    clock.advance(10.0)  # joints stale (the goal never is): the stop message holds the targets
+    clock.advance(10.0)  # joints stale (the goal never is): the stop holds the last MEASURED pose, not the targets
     tick = runner.tick()
     assert tick.mode == "stale" and tick.safety.stale == ("ee", "joints")
-    np.testing.assert_allclose(arm.commands[-1].position, held)
+    np.testing.assert_allclose(arm.commands[-1].position, HOME)
+
+
+def test_a_blocked_arm_does_not_wind_up_and_stops_hold_the_measured_pose():
+    clock, arm, runner = setup([1.0, 0.0, 0.0, 0.0, 0.0, 1.0])
+    arm.goal.publish(msgs.zero_msg("geometry_msgs/msg/PointStamped"))
+    for _ in range(50):  # 2 s of +1 on yaw while the arm stays blocked at HOME
+        arm.publish()
+        assert runner.tick().mode == "policy"
+        clock.advance(PERIOD)
+    lead = arm.commands[-1].position[0] - HOME[0]
+    assert lead == pytest.approx(0.3)  # adapter.max_lead, not 50 ticks of integration (clipped at 2.6 rad)
+    runner.safety.engage_estop()
+    arm.publish()
+    assert runner.tick().mode == "estop"
+    np.testing.assert_allclose(arm.commands[-1].position, HOME)  # the measured pose, gripper included
+    runner.safety.reset_estop()
+    clock.advance(PERIOD)
+    arm.publish()
+    assert runner.tick().mode == "policy"  # targets restart from the measured pose
+    np.testing.assert_allclose(arm.commands[-1].position[0], HOME[0] + 0.03)
+
+
+def test_the_gripper_resumes_from_its_held_opening_not_half_open():
+    clock, arm, runner = setup([0.0, 0.0, 0.0, 0.0, 0.0, 1.0], **{"safety.max_rate": [12.5] * 6})
+    arm.goal.publish(msg := msgs.zero_msg("geometry_msgs/msg/PointStamped"))
+    open_ = HOME.copy()
+    open_[5] = 0.08  # fully open: normalized +1
+    arm.publish(open_)
+    runner.tick()  # startup: the limiter starts from the held opening (+1), not 0 (0.04 m)
+    assert arm.commands[-1].position[5] == pytest.approx(0.08)
+    runner.safety.engage_estop()
+    clock.advance(PERIOD)
+    arm.publish(open_)
+    runner.tick()
+    assert arm.commands[-1].position[5] == pytest.approx(0.08)  # held
+    runner.safety.reset_estop()
+    clock.advance(PERIOD)
+    arm.goal.publish(msg)
+    arm.publish(open_)
+    assert runner.tick().mode == "policy"
+    assert arm.commands[-1].position[5] == pytest.approx(0.08)  # 0.5 per tick from +1 would be 0.06 m from 0
 
 
 def test_velocity_mode_and_float64_output_stop_at_zero():
@@ -91,6 +131,7 @@ def test_arm_adapter_checks():
     adapter.measured = np.array([0.5, 0.5])
     msg = adapter.command_msg(np.array([1.0, -1.0]))
     np.testing.assert_allclose(msg.position, [0.6, 0.0])
+    np.testing.assert_allclose(adapter.hold_command(), [0.0, -1.0])  # integrated: hold; absolute: its target
     np.testing.assert_allclose(adapter.teleop_action(msgs.joint_state_from_arrays(["b", "a"], [1.0, 0.65])),
                                [0.5, 1.0])
     with pytest.raises(ConfigError, match="one value per joint"):

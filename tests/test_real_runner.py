@@ -317,13 +317,24 @@ def test_run_paces_on_absolute_deadlines_and_stops_the_car_on_exit():
     assert summary["ticks"] == 30 and summary["missed_ticks"] == sum(t.missed for t in ticks) >= 2
     assert ticks[11].missed >= 2 and all(t.lateness_ns >= 0 for t in ticks)
     assert stats_msgs and np.all(car.last_command() == 0)  # stop message last
-    runner.swap_policy(ConstantPolicy([float("inf"), 0.0]))
+    runner.swap_policy(ConstantPolicy([float("inf"), 0.0]))  # an inf action: fault ticks, the zero command
+    runner.run(max_ticks=2)
+    assert [t.mode for t in ticks[-2:]] == ["fault", "fault"] and np.all(car.last_command() == 0)
 
     class Boom(torch.nn.Module):
         def forward(self, obs):
             raise RuntimeError("policy crashed")
 
-    runner.swap_policy(Boom())
+    with pytest.raises(ConfigError, match="policy crashed"):
+        runner.swap_policy(Boom())  # a new module is dry-run at swap time, like the first one
+
+    class CrashLater(ConstantPolicy):
+        def forward(self, obs):
+            if self.calls:
+                raise RuntimeError("policy crashed")
+            return super().forward(obs)
+
+    runner.swap_policy(CrashLater([0.0, 0.0]))
     count = len(car.commands)
     with pytest.raises(RuntimeError, match="policy crashed"):
         runner.run(max_ticks=5)
@@ -354,3 +365,59 @@ def test_course_sources(tmp_path):
     assert isinstance(RunnerConfig.from_dict({k: v for k, v in rc_config().items() if k in (
         "robot", "inputs", "observation", "command")}), RunnerConfig)
     assert PolicyRunner.act.__doc__
+
+
+def test_a_brake_stop_goes_out_as_the_brake_stamped_now_also_on_exit():
+    cfg = rc_config(**{"safety.stop": "brake", "safety.brake_command": [0.0, -1.0], "command.stamp": "odom"})
+    clock, car, runner = memory_setup(cfg, ConstantPolicy([0.0, 0.2]))
+    car.odom.publish(msgs.odometry_from_array([0.0] * 6 + [1.0] + [0.0] * 6, 5, "odom", "base_link"))
+    car.imu.publish(msgs.imu_from_array([0, 0, 0, 1, 0, 0, 0, 0, 0, 9.81]))
+    assert runner.tick().mode == "policy" and msgs.stamp_ns(car.commands[-1].header.stamp) == 5  # the odom stamp
+    clock.advance(1.0)  # odom stale: the brake on the wire (not zero), stamped now (not the stale odom stamp)
+    before = time.time_ns()
+    tick = runner.tick()
+    assert tick.mode == "stale"
+    np.testing.assert_allclose(car.last_command(), [0.0, -1.0])
+    assert msgs.stamp_ns(car.commands[-1].header.stamp) >= before
+    car.publish()
+    count = len(car.commands)
+    runner.run(max_ticks=1)
+    assert len(car.commands) >= count + 3
+    np.testing.assert_allclose(car.last_command(), [0.0, -1.0])  # the exit path sends the brake too
+
+
+def test_links_are_checked_and_require_estop_stays_stopped_until_an_estop_publisher_matches(caplog):
+    clock, bus = FakeClock(10**9), MemoryBus()
+    runner = build_runner(rc_config(require_estop=True), MemoryTransport(bus, clock), ConstantPolicy([0.0, 0.2]), {})
+    car = MemoryTransport(bus, clock)
+    car.publisher("/odom", msgs.ODOMETRY, "sensor_data").publish(
+        msgs.odometry_from_array([0.0] * 6 + [1.0] + [0.0] * 6))
+    car.publisher("/imu", msgs.IMU, "sensor_data").publish(msgs.imu_from_array([0, 0, 0, 1, 0, 0, 0, 0, 0, 9.81]))
+    tick = runner.tick()
+    assert tick.mode == "stale" and tick.safety.stale == ("estop_link",) and tick.raw_action is None
+    with caplog.at_level(logging.WARNING):
+        problems = runner.check_links()
+    assert len(problems) == 2 and "no e-stop publisher on /estop" in caplog.text and "nobody subscribes" in caplog.text
+    car.publisher("/estop", msgs.BOOL)
+    car.subscribe("/ackermann_cmd", msgs.ACKERMANN_DRIVE_STAMPED, lambda m, t: None)
+    assert runner.check_links() == [] and runner.tick().mode == "policy"
+    with pytest.raises(ConfigError, match="needs an estop topic"):
+        build_runner(rc_config(require_estop=True, estop=None), MemoryTransport(bus, clock), ConstantPolicy([0, 0]), {})
+
+
+def test_a_malformed_teleop_message_is_dropped_and_a_stats_failure_does_not_end_control(caplog):
+    clock, car, runner = memory_setup(rc_config(), ConstantPolicy([0.0, 0.2]))
+    bad = msgs.zero_msg(msgs.ACKERMANN_DRIVE_STAMPED)
+    bad.drive = None  # not convertible: dropped in the subscription callback (the transport thread), counted
+    with caplog.at_level(logging.WARNING):
+        runner._on_teleop(bad, clock())
+    car.publish()
+    assert runner.bad_teleop == 1 and "dropped a teleop message" in caplog.text and runner.tick().mode == "policy"
+
+    def broken(msg):
+        raise OSError("socket gone")
+
+    runner.stats_publisher.publish = broken
+    with caplog.at_level(logging.ERROR):
+        assert runner.report()["ticks"] == 1
+    assert "loop statistics failed" in caplog.text

@@ -66,10 +66,16 @@ class RobotAdapter(abc.ABC):
     def command_msg(self, command: np.ndarray, stamp_ns: int = 0) -> Any:
         """The ROS message for a normalized command."""
 
-    def stop_msg(self, stamp_ns: int = 0) -> Any:
-        """The message sent on stops and on exit (default: the command for the zero action); None: send nothing
-        (nothing safe is known yet, e.g. an arm's hold pose before its first JointState)."""
-        return self.command_msg(np.zeros(self.num_actions), stamp_ns)
+    def stop_msg(self, command: np.ndarray | None = None, stamp_ns: int = 0) -> Any:
+        """The message for the safety filter's stop ``command`` (zero or brake; None: zero), sent on stops and on
+        exit. Default: `command_msg` of it. An adapter whose zero command is not a stop (an arm's position
+        targets) holds the measured state instead; None: send nothing (nothing safe is known yet)."""
+        return self.command_msg(np.zeros(self.num_actions) if command is None else command, stamp_ns)
+
+    def hold_command(self) -> np.ndarray | None:
+        """The normalized command that keeps what a stop left (the limiter restarts from it after stops);
+        None: the stop command itself (default)."""
+        return None
 
     @abc.abstractmethod
     def teleop_action(self, msg: Any) -> np.ndarray:
