@@ -22,7 +22,7 @@ STAT_NAMES = (
     "jitter_p50_ms", "jitter_p99_ms", "jitter_max_ms",
     "lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms",
     "compute_p50_ms", "compute_p99_ms", "compute_max_ms",
-    "missed_ticks", "stale_ticks", "estop_ticks", "intervention_ticks", "recovery_ticks",
+    "missed_ticks", "stale_ticks", "estop_ticks", "intervention_ticks", "recovery_ticks", "fault_ticks",
 )  # fmt: skip
 """The order of `LoopStats.summary` values in the published Float32MultiArray."""
 
@@ -48,7 +48,7 @@ def next_deadline(deadline_ns: int, now_ns: int, period_ns: int) -> tuple[int, i
 class LoopStats:
     """Per-tick timing samples (the last ``window`` ticks) and counters, since creation or the last `reset`."""
 
-    COUNTERS = ("missed_ticks", "stale_ticks", "estop_ticks", "intervention_ticks", "recovery_ticks")
+    COUNTERS = ("missed_ticks", "stale_ticks", "estop_ticks", "intervention_ticks", "recovery_ticks", "fault_ticks")
 
     def __init__(self, period_ns: int, window: int = 10_000) -> None:
         self.period_ns = int(period_ns)
@@ -70,7 +70,8 @@ class LoopStats:
         self.ticks += 1
         self.total_ticks += 1
         counts = {"missed_ticks": missed, "stale_ticks": mode == "stale", "estop_ticks": mode == "estop",
-                  "intervention_ticks": mode == "teleop", "recovery_ticks": mode == "recovery"}
+                  "intervention_ticks": mode == "teleop", "recovery_ticks": mode == "recovery",
+                  "fault_ticks": mode == "fault"}
         for name, n in counts.items():
             self.counters[name] += int(n)
             self.totals[name] += int(n)

@@ -278,9 +278,9 @@ def test_loop_statistics_and_their_message():
     stats = LoopStats(period_ns=10_000_000)
     for i, period in enumerate([None, 10.0, 10.2, 9.8, 30.0]):
         stats.record(None if period is None else int(period * 1e6), 50_000, 200_000, missed=i == 4,
-                     mode="stale" if i == 2 else "policy")
+                     mode={2: "stale", 3: "fault"}.get(i, "policy"))
     s = stats.summary()
-    assert s["ticks"] == 5 and s["missed_ticks"] == 1 and s["stale_ticks"] == 1
+    assert s["ticks"] == 5 and s["missed_ticks"] == 1 and s["stale_ticks"] == 1 and s["fault_ticks"] == 1
     assert s["period_max_ms"] == pytest.approx(30.0) and s["jitter_max_ms"] == pytest.approx(20.0)
     assert s["compute_p50_ms"] == pytest.approx(0.2) and s["lateness_p50_ms"] == pytest.approx(0.05)
     msg = stats.message()
@@ -421,3 +421,12 @@ def test_a_malformed_teleop_message_is_dropped_and_a_stats_failure_does_not_end_
     with caplog.at_level(logging.ERROR):
         assert runner.report()["ticks"] == 1
     assert "loop statistics failed" in caplog.text
+
+
+def test_an_invalid_odometry_quaternion_stops_the_car():
+    clock, car, runner = memory_setup(rc_config(), ConstantPolicy([0.0, 0.5]))
+    car.odom.publish(msgs.odometry_from_array([0.5, 0.0, 0.0, 0, 0, 0, 0, 1.0, 0, 0, 0, 0, 0]))  # zero quaternion
+    car.imu.publish(msgs.imu_from_array([0, 0, 0, 1, 0, 0, 0, 0, 0, 9.81]))
+    tick = runner.tick()
+    assert np.isnan(tick.obs[4:8]).all()  # the checkpoint vectors need the yaw: NaN, not yaw 0
+    assert tick.mode == "fault" and np.all(car.last_command() == 0) and runner.stats.totals["fault_ticks"] == 1

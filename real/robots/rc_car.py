@@ -192,7 +192,7 @@ class RcCarAdapter(RobotAdapter):
             p, q = odom.pose.pose.position, odom.pose.pose.orientation
             self.xy = np.array([p.x, p.y], dtype=np.float64)
             pose_q = _orientation(q)
-            yaw = quat_yaw(*pose_q) if pose_q else 0.0
+            yaw = quat_yaw(*pose_q) if pose_q else float("nan")  # invalid quaternion: NaN goals, the car stops
             self.progress.update(self.xy, now_ns)
             goals = self.progress.goal_vectors(self.xy, yaw)
             v = odom.twist.twist.linear
