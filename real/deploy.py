@@ -1,12 +1,16 @@
 """`robolearn deploy`: a robolearn checkpoint on a robot (or the fake robot) through `PolicyRunner`.
 
     robolearn deploy checkpoint=runs/<run>/checkpoints/final robot=rc_car transport=dds
-    robolearn deploy policy=sim.tasks.rc_car_control:demo_lap_policy robot=rc_car rate_hz=20 duration=60
+    robolearn deploy policy=sim.tasks.rc_car_control:demo_lap_policy robot=rc_car duration=60
     robolearn deploy checkpoint=... robot=arm inputs.joints.topic=/my_arm/joint_states
 
 ``robot`` picks configs/deploy/<robot>.yaml; every other key=value is a Hydra override of it (see
 configs/deploy.yaml for the keys). ``policy=module:function`` runs a scripted controller mapping the observation
 batch ``[N, D]`` to actions (e.g. the RC car's demo-lap pure pursuit) instead of a checkpoint.
+
+``rate_hz: null`` (the rc_car default) runs at the checkpoint's control rate (1 / ctrl_dt of its task); without a
+checkpoint at the robot's `FALLBACK_RATES` entry. An explicit rate_hz that differs from the checkpoint's is an
+error unless ``force_rate=true``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from robolearn.errors import ConfigError
 log = logging.getLogger(__name__)
 
 #: Keys of configs/deploy.yaml that concern the process, not the runner.
-PROCESS_KEYS = ("checkpoint", "policy", "transport", "domain_id", "duration", "torch_threads")
+PROCESS_KEYS = ("checkpoint", "policy", "transport", "domain_id", "duration", "torch_threads", "force_rate")
+#: Control rates (Hz) for ``rate_hz: null`` without a checkpoint to take it from (the sim task's rate).
+FALLBACK_RATES = {"rc_car": 20.0}
 
 
 class FunctionPolicy(torch.nn.Module):
@@ -73,32 +79,57 @@ def load_deploy_policy(checkpoint: str | Path | None = None, policy: str | None 
     return FunctionPolicy(fn, str(policy)), {}
 
 
-def check_rate(rate_hz: float, run_config: Mapping[str, Any]) -> None:
-    """Warn when the deploy rate differs from the control rate the checkpoint was trained at."""
+def trained_rate(run_config: Mapping[str, Any]) -> float | None:
+    """The control rate (Hz, 1 / ctrl_dt) of the task a checkpoint was trained on; None when unknown."""
     env = run_config.get("env") or {}
     if not env.get("name"):
-        return
+        return None
     from sim.tasks import get_task_class
 
     try:
         overrides = env.get("overrides") or {}
-        ctrl_dt = float(overrides.get("ctrl_dt") or get_task_class(env["name"]).config_class().ctrl_dt)
+        return 1.0 / float(overrides.get("ctrl_dt") or get_task_class(env["name"]).config_class().ctrl_dt)
     except Exception:  # an unknown task: nothing to compare with
-        return
-    if abs(rate_hz * ctrl_dt - 1.0) > 0.01:
-        log.warning("deploying at %.1f Hz a policy trained at %.1f Hz (%s ctrl_dt %.3f s): its observations "
-                    "(accelerations averaged over a period, previous action) and dynamics differ; set rate_hz=%.0f "
-                    "to match", rate_hz, 1 / ctrl_dt, env["name"], ctrl_dt, 1 / ctrl_dt)
+        return None
+
+
+def resolve_rate(rate_hz: Any, robot: str, run_config: Mapping[str, Any], force: bool = False) -> float:
+    """The deploy rate: ``rate_hz``, or (None) the checkpoint's control rate, else the robot's fallback.
+
+    A given rate that differs from the checkpoint's is a `ConfigError` unless ``force`` (its observations,
+    averaged over a period or holding the previous action, and the dynamics per step would differ).
+    """
+    trained = trained_rate(run_config)
+    if rate_hz is None:
+        if trained is not None:
+            return trained
+        from real.robots import ADAPTERS
+
+        if robot not in ADAPTERS:
+            raise ConfigError(f"unknown robot {robot!r}; available: {sorted(ADAPTERS)}")
+        if robot not in FALLBACK_RATES:
+            raise ConfigError(f"rate_hz is null and there is no checkpoint to take it from: set rate_hz for {robot}")
+        log.warning("rate_hz null without a checkpoint's control rate: %s runs at its sim task's %.0f Hz",
+                    robot, FALLBACK_RATES[robot])
+        return FALLBACK_RATES[robot]
+    rate = float(rate_hz)
+    if trained is not None and abs(rate / trained - 1.0) > 0.01:
+        if not force:
+            raise ConfigError(f"rate_hz={rate:g} but the checkpoint was trained at {trained:g} Hz; leave rate_hz null "
+                              "to match, or set force_rate=true")
+        log.warning("deploying at %g Hz a policy trained at %g Hz (force_rate)", rate, trained)
+    return rate
 
 
 def build_runner(cfg: Mapping[str, Any], transport: Any, policy: torch.nn.Module | None = None,
                  run_config: Mapping[str, Any] | None = None) -> PolicyRunner:
     """A `PolicyRunner` from a composed deploy config; loads the policy from it unless one is given."""
-    runner_cfg = RunnerConfig.from_dict({k: v for k, v in cfg.items() if k not in PROCESS_KEYS})
     if policy is None:
-        policy, run_config = load_deploy_policy(cfg.get("checkpoint"), cfg.get("policy"), runner_cfg.device)
+        policy, run_config = load_deploy_policy(cfg.get("checkpoint"), cfg.get("policy"), str(cfg.get("device", "cpu")))
     run_config = dict(run_config or {})
-    check_rate(runner_cfg.rate_hz, run_config)
+    force = str(cfg.get("force_rate", False)).lower() in ("true", "1", "yes")
+    rate = resolve_rate(cfg.get("rate_hz"), str(cfg.get("robot", "")), run_config, force)
+    runner_cfg = RunnerConfig.from_dict({**{k: v for k, v in cfg.items() if k not in PROCESS_KEYS}, "rate_hz": rate})
     return PolicyRunner(runner_cfg, policy, transport, run_config=run_config)
 
 
@@ -122,7 +153,7 @@ def cmd_deploy(opts: dict[str, str]) -> int:
         raise ConfigError(str(e)) from e
     with transport:
         runner = build_runner(cfg, transport)
-        log.info("deploying on %s: %d Hz, command %s on %s", robot, runner.config.rate_hz,
+        log.info("deploying on %s: %g Hz, command %s on %s", robot, runner.config.rate_hz,
                  runner.adapter.command_type, runner.publisher.topic)
         try:
             runner.run(duration=duration)

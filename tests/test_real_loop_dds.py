@@ -2,7 +2,8 @@
 
 One test, in phases: the demo-lap controller drives the fake car for a few seconds; an e-stop latches (false does
 not release it); killing the fake car (the observation publisher) gives stop commands within the watchdog age.
-A unique DDS domain keeps it apart from other tests; every wait is bounded.
+A unique DDS domain keeps it apart from other tests; every wait is bounded. Timing bounds allow for a loaded
+machine (2 busy cores under xdist): they add the ticks' own measured lateness instead of fixed margins.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ def start_fake_car(domain: int, env: dict) -> subprocess.Popen:
     raise AssertionError("the fake robot did not start:\n" + "".join(output[-30:]))
 
 
+def late_s(ticks: list) -> float:
+    """The worst wake-up lateness plus skipped deadlines of ``ticks``, in seconds (load on this machine)."""
+    return max((t.lateness_ns / 1e9 + t.missed * PERIOD for t in ticks), default=0.0)
+
+
 def test_fake_car_and_runner_over_dds(monkeypatch):
     from real.transport.dds import LOOPBACK_CONFIG, DdsTransport
 
@@ -81,19 +87,23 @@ def test_fake_car_and_runner_over_dds(monkeypatch):
         first = len(ticks)
         time.sleep(2.5)
         driving = ticks[first:]
-        assert len(driving) == pytest.approx(2.5 * RATE, rel=0.1)
-        assert sum(t.mode == "policy" for t in driving) >= 0.95 * len(driving)
+        deadlines = [(t.time_ns - t.lateness_ns) for t in driving]
+        covered = len(driving) + sum(t.missed for t in driving[1:])  # every deadline ticked or counted as missed
+        assert round((deadlines[-1] - deadlines[0]) / 1e9 * RATE) + 1 == covered >= 0.9 * 2.5 * RATE
+        assert {t.mode for t in driving} <= {"policy", "stale"}  # stale only when the loaded fake car is late
+        assert sum(t.mode == "policy" for t in driving) >= 0.8 * len(driving)
         assert driving[-1].status["checkpoints_passed"] >= 2 and driving[-1].obs[0] > 0.5  # moving forward
         periods = np.array([t.period_ns for t in driving[1:]]) / 1e6
-        assert np.median(periods) == pytest.approx(1e3 * PERIOD, abs=0.5)
-        assert len(commands) >= 0.9 * len(driving)
+        assert np.median(periods) == pytest.approx(1e3 * PERIOD, abs=1.0)
+        assert len(commands) >= 0.8 * len(driving)
 
         # 2. e-stop: latched within a tick or two; a later false does not release it
         sent = time.monotonic_ns()
         estop.publish(msgs.bool_msg(True))
         wait_for(lambda: ticks[-1].mode == "estop", 1.0, "the e-stop")
         stopped = next(t for t in ticks if t.time_ns >= sent and t.mode == "estop")
-        assert (stopped.time_ns - sent) / 1e9 < 2 * PERIOD + 0.05
+        until = [t for t in ticks if sent <= t.time_ns <= stopped.time_ns]
+        assert (stopped.time_ns - sent) / 1e9 <= 2 * PERIOD + 0.1 + late_s(until)  # + DDS delivery under load
         estop.publish(msgs.bool_msg(False))
         mark = len(ticks)
         time.sleep(0.3)
@@ -102,12 +112,14 @@ def test_fake_car_and_runner_over_dds(monkeypatch):
         wait_for(lambda: ticks[-1].mode == "policy", 1.0, "the policy after the e-stop reset")
 
         # 3. the observation publisher dies: stop commands within the watchdog age
+        killed = time.monotonic_ns()  # the transport's clock (ticks' time_ns)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         wait_for(lambda: ticks[-1].mode == "stale", 2.0, "the stale watchdog")
-        stale = next(t for t in ticks if t.mode == "stale" and t.time_ns > sent)
+        stale = next(t for t in ticks if t.mode == "stale" and t.time_ns > killed)  # not a load-induced earlier one
         last_odom = max(t.obs_times["odom"] for t in ticks if t.obs_times["odom"] is not None)
-        assert (stale.time_ns - last_odom) / 1e9 <= MAX_AGE + PERIOD + 0.03
+        until = [t for t in ticks if killed <= t.time_ns <= stale.time_ns]
+        assert 0 < (stale.time_ns - last_odom) / 1e9 <= MAX_AGE + 3 * PERIOD + late_s(until)
         assert np.all(stale.command == 0)
         wait_for(lambda: commands[-1][0] > stale.time_ns, 1.0, "the stop command on the wire")
         assert np.all(commands[-1][1] == 0)

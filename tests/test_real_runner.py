@@ -33,10 +33,14 @@ def set_key(cfg: dict, dotted: str, value: Any) -> None:
 
 
 def rc_config(robot: str = "rc_car", **changes: Any) -> dict:
-    """The shipped deploy config with the square course (rc_car) and ``changes`` by dotted key (a__b = a.b)."""
+    """The shipped deploy config with the square course (rc_car) and ``changes`` by dotted key (a__b = a.b).
+
+    The rc_car runs at 50 Hz here with the shipped 0.2 per tick rate limit (the tests' timings assume it); the
+    shipped default (rate_hz null: 20 Hz without a checkpoint) is tested in test_rate_follows_the_checkpoint."""
     cfg = compose_deploy(robot)
     if robot == "rc_car":
         cfg["adapter"]["course"]["points"] = SQUARE
+        cfg["rate_hz"], cfg["safety"]["max_rate"] = 50.0, [10.0, 10.0]
     for key, value in changes.items():
         set_key(cfg, key.replace("__", "."), value)
     return cfg
@@ -345,7 +349,7 @@ def test_deploy_cli_with_a_scripted_policy(capsys):
     from robolearn.cli import main
 
     code = main(["deploy", "robot=rc_car", "policy=sim.tasks.rc_car_control:demo_lap_policy", "transport=memory",
-                 "duration=0.1", "rate_hz=20"])
+                 "duration=0.1"])  # rate_hz null: 20 Hz without a checkpoint
     assert code == 0
     assert main(["deploy", "robot=rc_car", "transport=memory"]) == 2  # neither checkpoint nor policy
     assert "exactly one of checkpoint" in capsys.readouterr().err
@@ -430,3 +434,20 @@ def test_an_invalid_odometry_quaternion_stops_the_car():
     tick = runner.tick()
     assert np.isnan(tick.obs[4:8]).all()  # the checkpoint vectors need the yaw: NaN, not yaw 0
     assert tick.mode == "fault" and np.all(car.last_command() == 0) and runner.stats.totals["fault_ticks"] == 1
+
+
+def test_rate_follows_the_checkpoint(caplog):
+    cfg = compose_deploy("rc_car")
+    cfg["adapter"]["course"]["points"] = SQUARE
+    with caplog.at_level(logging.WARNING):
+        runner = build_runner(cfg, MemoryTransport(MemoryBus(), FakeClock()), ConstantPolicy([0.0, 0.0]), {})
+    assert runner.config.rate_hz == 20.0 and "20 Hz" in caplog.text  # no checkpoint: the sim task's rate, said
+    assert runner.safety.config.max_delta == pytest.approx([0.2, 0.2])  # FastRLAP's 0.2 per tick
+    trained = {"env": {"name": "rc-car-track", "overrides": {"ctrl_dt": 0.04}}}
+    runner = build_runner(cfg, MemoryTransport(MemoryBus(), FakeClock()), ConstantPolicy([0.0, 0.0]), trained)
+    assert runner.config.rate_hz == pytest.approx(25.0)
+    with pytest.raises(ConfigError, match="force_rate"):
+        build_runner({**cfg, "rate_hz": 50}, MemoryTransport(MemoryBus(), FakeClock()), ConstantPolicy([0, 0]), trained)
+    runner = build_runner({**cfg, "rate_hz": 50, "force_rate": True}, MemoryTransport(MemoryBus(), FakeClock()),
+                          ConstantPolicy([0.0, 0.0]), trained)
+    assert runner.config.rate_hz == 50.0
