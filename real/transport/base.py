@@ -137,17 +137,22 @@ class Transport(abc.ABC):
     def publisher(self, topic: str, msg_type: str | type, qos: QoS | str | None = None) -> Publisher:
         """A publisher for ``topic`` (e.g. "/cmd_vel") of ``msg_type`` (e.g. "geometry_msgs/msg/Twist")."""
 
-    @abc.abstractmethod
     def subscribe(
         self, topic: str, msg_type: str | type, callback: MessageCallback, qos: QoS | str | None = None
     ) -> Subscription:
         """Call ``callback(msg, receive_time_ns)`` for every message received on ``topic``."""
+        return self._subscribe(topic, msg_type, callback, qos, raw=False)
 
-    @abc.abstractmethod
     def subscribe_raw(
         self, topic: str, msg_type: str | type, callback: RawCallback, qos: QoS | str | None = None
     ) -> Subscription:
         """Like `subscribe`, but ``callback(cdr_bytes, receive_time_ns)`` gets the ROS 2 CDR bytes (for recording)."""
+        return self._subscribe(topic, msg_type, callback, qos, raw=True)
+
+    @abc.abstractmethod
+    def _subscribe(self, topic: str, msg_type: str | type, callback: Callable, qos: QoS | str | None,
+                   raw: bool) -> Subscription:
+        """The backend's subscription: messages (``raw=False``) or CDR bytes (``raw=True``) to ``callback``."""
 
     @abc.abstractmethod
     def now(self) -> int:

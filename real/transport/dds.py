@@ -36,10 +36,8 @@ from real import msgs
 from real.msgs.idl import idl_class
 from real.transport.base import (
     Durability,
-    MessageCallback,
     Publisher,
     QoS,
-    RawCallback,
     Reliability,
     Subscription,
     Transport,
@@ -213,16 +211,6 @@ class DdsTransport(Transport):
         with self._lock:
             self._subscriptions.append(sub)
         return sub
-
-    def subscribe(
-        self, topic: str, msg_type: str | type, callback: MessageCallback, qos: QoS | str | None = None
-    ) -> Subscription:
-        return self._subscribe(topic, msg_type, callback, qos, raw=False)
-
-    def subscribe_raw(
-        self, topic: str, msg_type: str | type, callback: RawCallback, qos: QoS | str | None = None
-    ) -> Subscription:
-        return self._subscribe(topic, msg_type, callback, qos, raw=True)
 
     def now(self) -> int:
         return time.monotonic_ns()

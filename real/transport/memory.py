@@ -19,10 +19,8 @@ from typing import Any
 from real import msgs
 from real.transport.base import (
     Durability,
-    MessageCallback,
     Publisher,
     QoS,
-    RawCallback,
     Subscription,
     Transport,
     check_msg,
@@ -159,16 +157,6 @@ class MemoryTransport(Transport):
             for data in history[-qos.depth :]:
                 sub.deliver(data, now)
         return sub
-
-    def subscribe(
-        self, topic: str, msg_type: str | type, callback: MessageCallback, qos: QoS | str | None = None
-    ) -> Subscription:
-        return self._subscribe(topic, msg_type, callback, qos, raw=False)
-
-    def subscribe_raw(
-        self, topic: str, msg_type: str | type, callback: RawCallback, qos: QoS | str | None = None
-    ) -> Subscription:
-        return self._subscribe(topic, msg_type, callback, qos, raw=True)
 
     def now(self) -> int:
         return int(self.clock())

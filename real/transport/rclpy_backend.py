@@ -22,10 +22,8 @@ from rosidl_runtime_py.utilities import get_message
 from real import msgs
 from real.transport.base import (
     Durability,
-    MessageCallback,
     Publisher,
     QoS,
-    RawCallback,
     Reliability,
     Subscription,
     Transport,
@@ -101,16 +99,6 @@ class RclpyTransport(Transport):
 
         sub = self.node.create_subscription(get_message(name), topic, on_bytes, rclpy_qos(qos), raw=True)
         return _RclpySubscription(self, sub, topic, name, qos)
-
-    def subscribe(
-        self, topic: str, msg_type: str | type, callback: MessageCallback, qos: QoS | str | None = None
-    ) -> Subscription:
-        return self._subscribe(topic, msg_type, callback, qos, raw=False)
-
-    def subscribe_raw(
-        self, topic: str, msg_type: str | type, callback: RawCallback, qos: QoS | str | None = None
-    ) -> Subscription:
-        return self._subscribe(topic, msg_type, callback, qos, raw=True)
 
     def now(self) -> int:
         return time.monotonic_ns()
