@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from real.runner import PolicyRunner, RunnerConfig
-from robolearn.errors import ConfigError
+from robolearn.errors import ConfigError, UnknownTaskError
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def trained_rate(run_config: Mapping[str, Any]) -> float | None:
     try:
         overrides = env.get("overrides") or {}
         return 1.0 / float(overrides.get("ctrl_dt") or get_task_class(env["name"]).config_class().ctrl_dt)
-    except Exception:  # an unknown task: nothing to compare with
+    except (UnknownTaskError, TypeError, ValueError, ZeroDivisionError):  # unknown task or bad ctrl_dt: no rate
         return None
 
 
