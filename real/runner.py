@@ -300,7 +300,7 @@ class PolicyRunner:
         obs_times = {name: snapshot[name].time_ns for name in self.watched}
         if self.config.require_estop:  # no e-stop publisher matched yet: stale, stopped
             obs_times[ESTOP_LINK] = start if self._estop_link_up() else None
-        stale = [n for n, t in obs_times.items() if t is None or start - t > self.max_age[n] * 1e9]
+        stale = self.safety.stale(start, obs_times)  # the filter's own rule, so both agree
         features = self.adapter.update(snapshot, start)
         if self._reseed_limiter:  # e.g. the arm's gripper resumes from its held opening, not from 0 (half-open)
             hold = self.adapter.hold_command()

@@ -200,7 +200,7 @@ class SafetyFilter:
         chosen = self._choose(policy_action, now_ns, teleop, info)
         info.action = chosen.copy()
         info.estop = self.estopped
-        info.stale = self._stale(now_ns, obs_times)
+        info.stale = self.stale(now_ns, obs_times)
         if info.estop or info.stale:
             return self._stop(self.config.stop_command), info
         info.nonfinite = not np.all(np.isfinite(chosen)) or not _all_finite(obs)
@@ -230,7 +230,8 @@ class SafetyFilter:
         info.intervention = bool(held)
         return self.teleop_command.copy() if held else action
 
-    def _stale(self, now_ns: int, obs_times: Mapping[str, int | None] | int | None) -> tuple[str, ...]:
+    def stale(self, now_ns: int, obs_times: Mapping[str, int | None] | int | None) -> tuple[str, ...]:
+        """The inputs older than their `max_obs_age` at ``now_ns`` (or never received): the watchdog's rule."""
         max_age = self.config.max_obs_age
         if max_age is None:
             return ()
