@@ -10,7 +10,7 @@ import torch
 import sim
 from robolearn.algos.sac import SAC, SACConfig
 from robolearn.runners.off_policy import OffPolicyRunner
-from robolearn.train import compose, evaluate, load_policy, train
+from robolearn.train import _off_policy_config, compose, evaluate, load_policy, train
 
 TIMING = {"env_steps_per_s", "updates_per_s", "wall_s"}
 
@@ -93,6 +93,16 @@ def test_presets_resolve_to_their_recipes():
         assert algo["recipe"] == recipe and algo["name"] == "sac"
         for k, v in fields.items():
             assert algo[k] == v, (recipe, k)
+
+
+def test_actor_updates_once_per_transition_whatever_the_utd():
+    """RLPD/REDQ/SERL/WSRL update the actor once per env transition: overriding utd_ratio keeps that."""
+    for recipe in ("rlpd", "redq", "serl", "wsrl"):
+        for utd in (1, 4, 20):
+            algo = compose([f"algo={recipe}", f"algo.utd_ratio={utd}"])["algo"]
+            learner = SAC(3, 3, 1, _off_policy_config(algo))
+            assert learner.actor_period == utd, (recipe, utd)
+    assert SAC(3, 3, 1, SACConfig(utd_ratio=4.0, actor_every=2)).actor_period == 2
 
 
 def test_cli_train_sac_then_eval(tmp_path):

@@ -53,7 +53,8 @@ class SACConfig:
     gamma: float = 0.99
     tau: float = 0.005
     utd_ratio: float = 1.0        # critic updates per environment transition collected
-    actor_every: int = 1          # one actor (and temperature) update per this many critic updates
+    actor_every: int = 1          # one actor (and temperature) update per this many critic updates;
+    #                               0: per round(utd_ratio) of them, i.e. one per transition (RLPD, REDQ)
     # entropy
     backup_entropy: bool = True   # subtract alpha * log pi(a'|s') in the TD target
     init_temperature: float = 1.0
@@ -79,8 +80,8 @@ class SACConfig:
                               f"({self.num_critics})] when drawn without replacement")
         if self.actor_q not in ("min", "mean"):
             raise ConfigError(f"actor_q must be 'min' or 'mean', got {self.actor_q!r}")
-        if self.utd_ratio <= 0 or self.actor_every < 1 or self.batch_size < 1:
-            raise ConfigError("need utd_ratio > 0, actor_every >= 1 and batch_size >= 1")
+        if self.utd_ratio <= 0 or self.actor_every < 0 or self.batch_size < 1:
+            raise ConfigError("need utd_ratio > 0, actor_every >= 0 and batch_size >= 1")
         if not 0.0 <= self.offline_ratio <= 1.0:
             raise ConfigError(f"offline_ratio must be in [0, 1], got {self.offline_ratio}")
 
@@ -194,9 +195,14 @@ class SAC:
             target = rewards + batch["discount"] * next_v
         stats = self._critic_step(obs_c, batch["actions"], target)
         polyak_update(self.critic_target, self.critic, cfg.tau)
-        if self.critic_updates % cfg.actor_every == 0:
+        if self.critic_updates % self.actor_period == 0:
             stats.update(self.update_actor(batch, generator))
         return stats
+
+    @property
+    def actor_period(self) -> int:
+        """Critic updates per actor update: `actor_every`, or round(utd_ratio) when it is 0."""
+        return self.cfg.actor_every or max(1, round(self.cfg.utd_ratio))
 
     def update_actor(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, float]:
         """Maximise E[Q(s, a) - alpha log pi(a|s)] (min or mean over critics), then fit the temperature."""
