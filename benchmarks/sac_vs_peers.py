@@ -1,7 +1,9 @@
 """SAC against stable-baselines3's SAC, side by side on one machine, at equal settings.
 
 Both learners use the same network (256, 256), batch size, UTD, learning rates, tau, gamma and
-automatic temperature with target entropy -|A| (our `sac` preset is SB3's SAC recipe).
+automatic temperature with target entropy -|A| (our `sac` preset is SB3's SAC recipe). With
+`--num-critics N` both run N critics with SB3's semantics: the TD target and the actor use the min
+over all N (SB3's `n_critics`, a Python loop over N networks; ours, one batched ensemble).
 
 1. Gradient updates per second: each learner's replay buffer is filled with the same number of
    random transitions of the task, then each runs `--updates` updates (sampling included), in
@@ -12,6 +14,8 @@ automatic temperature with target entropy -|A| (our `sac` preset is SB3's SAC re
    reported per seed, and their median (a run that never reaches it counts as `--env-steps` + 1).
 
     python benchmarks/sac_vs_peers.py --skip-learning --updates 500   # update speed only
+    # update speed over network widths x ensemble sizes (one JSON with every cell):
+    python benchmarks/sac_vs_peers.py --skip-learning --grid --task cheetah-run
     # sample efficiency, small networks, DM Control's action repeat 4 on pendulum-swingup:
     python benchmarks/sac_vs_peers.py --skip-speed --hidden 64 64 --batch-size 128 --learning-starts 1000 \
         --action-repeat 4 --episode-length 250 --env-steps 16000 --eval-every 2000 --threshold 100 --seeds 0 1 2
@@ -42,14 +46,16 @@ def sb3_sac(env: Any, args: argparse.Namespace, seed: int):
     from stable_baselines3 import SAC as SB3SAC
 
     return SB3SAC("MlpPolicy", env, batch_size=args.batch_size, learning_starts=args.learning_starts,
-                  policy_kwargs={"net_arch": list(args.hidden)}, train_freq=1, gradient_steps=args.utd,
+                  policy_kwargs={"net_arch": list(args.hidden), "n_critics": args.num_critics}, train_freq=1,
+                  gradient_steps=args.utd,
                   buffer_size=1_000_000, seed=seed, device="cpu", verbose=0)
 
 
 def our_sac(env: Any, args: argparse.Namespace) -> SAC:
     return SAC.for_env(env, SACConfig(batch_size=args.batch_size, utd_ratio=float(args.utd),
                                       learning_starts=args.learning_starts, actor_hidden=tuple(args.hidden),
-                                      critic_hidden=tuple(args.hidden)))
+                                      critic_hidden=tuple(args.hidden), num_critics=args.num_critics,
+                                      num_min_critics=args.num_critics, actor_q="min"))
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -93,8 +99,10 @@ def update_speed(args: argparse.Namespace) -> dict:
     ours_env.close()
     sb3_env.close()
     o, p = statistics.median(ours_rates), statistics.median(peer_rates)
-    print(f"updates/s: robolearn {o:.1f}, stable-baselines3 {p:.1f}, ratio {o / p:.2f}")
-    return {"robolearn_updates_per_s": o, "sb3_updates_per_s": p, "ratio": o / p,
+    print(f"hidden {args.hidden}, {args.num_critics} critics, batch {args.batch_size}: updates/s robolearn "
+          f"{o:.1f}, stable-baselines3 {p:.1f}, ratio {o / p:.2f}", flush=True)
+    return {"hidden": list(args.hidden), "num_critics": args.num_critics, "batch_size": args.batch_size,
+            "robolearn_updates_per_s": o, "sb3_updates_per_s": p, "ratio": o / p,
             "robolearn_rounds": ours_rates, "sb3_rounds": peer_rates}
 
 
@@ -175,6 +183,9 @@ def main() -> None:
     ap.add_argument("--threshold", type=float, default=600.0)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
+    ap.add_argument("--num-critics", type=int, default=2)
+    ap.add_argument("--grid", action="store_true",
+                    help="update speed for hidden 64/128/256 x 2/10 critics (batch 256) instead of one setting")
     ap.add_argument("--action-repeat", type=int, default=1)
     ap.add_argument("--episode-length", type=int, default=0, help="0: the task's default")
     ap.add_argument("--skip-learning", action="store_true")
@@ -183,7 +194,14 @@ def main() -> None:
     args = ap.parse_args()
     fields: dict[str, Any] = {"task": args.task, "settings": {k: v for k, v in vars(args).items() if k != "out"},
                               "torch_threads": torch.get_num_threads()}
-    if not args.skip_speed:
+    if args.grid:
+        cells = []
+        for width in (64, 128, 256):
+            for critics in (2, 10):
+                cell = argparse.Namespace(**{**vars(args), "hidden": [width, width], "num_critics": critics})
+                cells.append(update_speed(cell))
+        fields["updates_grid"] = cells
+    elif not args.skip_speed:
         fields["updates"] = update_speed(args)
     if not args.skip_learning:
         fields["learning"] = learning(args)

@@ -68,7 +68,7 @@ class Learner:
         self.device, self.seed, self.save_buffer = device, seed, save_buffer
         self.publish_interval, self.checkpoint_interval = publish_interval, checkpoint_interval
         self.max_updates_per_step = max_updates_per_step
-        self.generator = torch.Generator(device="cpu").manual_seed(seed)
+        self.generator = torch.Generator(device=device).manual_seed(seed)
         self.sac: SAC | None = None
         self.buffer: ReplayBuffer | None = None
         self.transitions = 0  # received in total (across restarts)
@@ -111,9 +111,9 @@ class Learner:
         """Take what arrived, update, and publish / checkpoint when due. Returns the update statistics."""
         for batch in self.server.get_batches(timeout=timeout if self._idle() else None):
             self._ingest(batch)
-        stats: dict[str, float] = {}
+        stats: dict[str, torch.Tensor] = {}
         if self.sac is None:
-            return stats
+            return {}
         if len(self.buffer) >= max(self.cfg.learning_starts, 1):
             n = min(int(self.update_debt), self.max_updates_per_step)
             for _ in range(n):
@@ -125,7 +125,7 @@ class Learner:
             self.publish()
         if now - self._last_checkpoint >= self.checkpoint_interval:
             self.save()
-        return stats
+        return {k: float(v) for k, v in stats.items()}
 
     def _idle(self) -> bool:
         return self.sac is None or len(self.buffer) < self.cfg.learning_starts or self.update_debt < 1

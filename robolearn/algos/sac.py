@@ -94,14 +94,22 @@ def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
 
 def subset_indices(num_critics: int, size: int, replace: bool, generator: torch.Generator | None,
                    device: torch.device) -> torch.Tensor:
-    """Indices of the M critics whose min forms the TD target (with or without replacement)."""
+    """Indices of the M critics whose min forms the TD target (with or without replacement).
+
+    Drawn on `device` (the generator, if given, must live there), so a GPU update never waits on a copy.
+    """
     if replace:
-        return torch.randint(0, num_critics, (size,), generator=generator).to(device)
-    return torch.randperm(num_critics, generator=generator)[:size].to(device)
+        return torch.randint(0, num_critics, (size,), generator=generator, device=device)
+    return torch.randperm(num_critics, generator=generator, device=device)[:size]
 
 
 class SAC:
-    """The learner: `act` for collection, `update_critic` / `update_actor` per minibatch."""
+    """The learner: `act` for collection, `update_critic` / `update_actor` per minibatch.
+
+    Random draws take an optional `torch.Generator` on the learner's device. The updates return
+    their statistics as detached 0-d tensors, so a GPU never synchronises per update: callers
+    average them and convert once per logging interval.
+    """
 
     def __init__(self, obs_dim: int, critic_obs_dim: int, num_actions: int, cfg: SACConfig | None = None,
                  device: str | torch.device = "cpu"):
@@ -167,7 +175,8 @@ class SAC:
         idx = subset_indices(cfg.num_critics, cfg.num_min_critics, cfg.subset_replace, generator, self.device)
         return next_q[idx].min(0).values
 
-    def _critic_step(self, obs_c: torch.Tensor, actions: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
+    def _critic_step(self, obs_c: torch.Tensor, actions: torch.Tensor, target: torch.Tensor
+                     ) -> dict[str, torch.Tensor]:
         """One optimizer step of every critic towards `target` (squared error or HL-Gauss cross-entropy)."""
         out = self.critic(obs_c, actions)
         if self.hl is not None:
@@ -180,9 +189,10 @@ class SAC:
         loss.backward()
         self.critic_opt.step()
         self.critic_updates += 1
-        return {"critic_loss": loss.item(), "q_mean": q.mean().item()}
+        return {"critic_loss": loss.detach(), "q_mean": q.mean()}
 
-    def update_critic(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, float]:
+    def update_critic(self, batch: dict[str, Any], generator: torch.Generator | None = None
+                      ) -> dict[str, torch.Tensor]:
         """One critic step on a minibatch; every `actor_every` steps also the actor and temperature."""
         cfg = self.cfg
         obs_c, next_obs_c = self.critic_obs(batch["obs"]), self.critic_obs(batch["next_obs"])
@@ -204,7 +214,8 @@ class SAC:
         """Critic updates per actor update: `actor_every`, or round(utd_ratio) when it is 0."""
         return self.cfg.actor_every or max(1, round(self.cfg.utd_ratio))
 
-    def update_actor(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, float]:
+    def update_actor(self, batch: dict[str, Any], generator: torch.Generator | None = None
+                     ) -> dict[str, torch.Tensor]:
         """Maximise E[Q(s, a) - alpha log pi(a|s)] (min or mean over critics), then fit the temperature."""
         actions, logp = self.actor.sample(batch["obs"]["policy"], generator)
         self.critic.requires_grad_(False)  # gradients flow through the critic to the actions only
@@ -215,13 +226,13 @@ class SAC:
         self.actor_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.actor_opt.step()
-        stats = {"actor_loss": loss.item(), "entropy": -logp.mean().item()}
+        stats = {"actor_loss": loss.detach(), "entropy": -logp.detach().mean()}
         if self.cfg.learn_temperature:
             alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
             self.alpha_opt.zero_grad(set_to_none=True)
             alpha_loss.backward()
             self.alpha_opt.step()
-        stats["alpha"] = self.alpha.item()
+        stats["alpha"] = self.alpha
         return stats
 
     # --- checkpoints ----------------------------------------------------------------------------

@@ -56,16 +56,16 @@ class TD3(SAC):
         action = self.actor(obs["policy"].to(self.device))
         if deterministic:
             return action
-        noise = torch.randn(action.shape, generator=generator).to(self.device) * self.cfg.exploration_noise
+        noise = torch.randn(action.shape, generator=generator, device=self.device) * self.cfg.exploration_noise
         return (action + noise).clamp(-1.0, 1.0)
 
-    def update_critic(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, float]:
+    def update_critic(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         cfg = self.cfg
         obs_c, next_obs_c = self.critic_obs(batch["obs"]), self.critic_obs(batch["next_obs"])
         rewards = batch["rewards"] * cfg.reward_scale + cfg.reward_bias
         with torch.no_grad():
             next_actions = self.actor_target(batch["next_obs"]["policy"])
-            noise = (torch.randn(next_actions.shape, generator=generator).to(self.device) * cfg.policy_noise)
+            noise = torch.randn(next_actions.shape, generator=generator, device=self.device) * cfg.policy_noise
             next_actions = (next_actions + noise.clamp(-cfg.noise_clip, cfg.noise_clip)).clamp(-1.0, 1.0)
             target = rewards + batch["discount"] * self._target_min(next_obs_c, next_actions, generator)
         stats = self._critic_step(obs_c, batch["actions"], target)
@@ -75,7 +75,7 @@ class TD3(SAC):
             polyak_update(self.actor_target, self.actor, cfg.tau)
         return stats
 
-    def update_actor(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, float]:
+    def update_actor(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """Maximise Q(s, mu(s)), the min or mean over critics (the original TD3 uses the first critic)."""
         self.critic.requires_grad_(False)
         q = self._q_values(self.critic(self.critic_obs(batch["obs"]), self.actor(batch["obs"]["policy"])))
@@ -85,7 +85,7 @@ class TD3(SAC):
         self.actor_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.actor_opt.step()
-        return {"actor_loss": loss.item()}
+        return {"actor_loss": loss.detach()}
 
     def model_state(self) -> dict[str, torch.Tensor]:
         state = super().model_state()

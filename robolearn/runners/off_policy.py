@@ -33,6 +33,8 @@ class OffPolicyRunner(RunnerBase):
                  progress: bool = True, steps_per_iteration: int = 50, offline: ReplayBuffer | None = None):
         super().__init__(env, run_dir, config, seed, algo.device, progress)
         self.algo, self.offline = algo, offline
+        if self.device.type != "cpu":  # collection and updates draw on the learner's device, without host copies
+            self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.steps_per_iteration = steps_per_iteration
         cfg = algo.cfg
         dims = {k: v[0] for k, v in env.observation_shapes.items() if k in ("policy", "critic")}
@@ -72,12 +74,13 @@ class OffPolicyRunner(RunnerBase):
 
     def _iteration(self, obs: Any):
         cfg = self.algo.cfg
-        sums: dict[str, float] = {}
+        sums: dict[str, Any] = {}  # floats from the env log, 0-d tensors from the learner (synced once)
         counts: dict[str, int] = {}
         update_s, updates = 0.0, 0
         for _ in range(self.steps_per_iteration):
             if self.env_steps < cfg.learning_starts and cfg.random_warmup:
-                actions = torch.rand(self.env.num_envs, self.env.num_actions, generator=self.generator) * 2 - 1
+                actions = torch.rand(self.env.num_envs, self.env.num_actions, generator=self.generator,
+                                     device=self.device) * 2 - 1
             else:
                 actions = self.algo.act(obs, generator=self.generator)
             next_obs, rewards, dones, extras = self.env.step(actions)
@@ -104,8 +107,10 @@ class OffPolicyRunner(RunnerBase):
                     self.update_debt -= 1.0
                     self.updates += 1
                     updates += 1
+                if self.device.type == "cuda":  # time the updates, not their launch
+                    torch.cuda.synchronize(self.device)
                 update_s += time.perf_counter() - start
-        return obs, {k: v / counts[k] for k, v in sums.items()}, update_s, updates
+        return obs, {k: float(v / counts[k]) for k, v in sums.items()}, update_s, updates
 
     # --- checkpoints ---------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
