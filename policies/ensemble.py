@@ -112,11 +112,13 @@ class TanhGaussianActor(nn.Module):
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1.0)
         return mean, log_std
 
-    def sample(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Reparameterised sample and its log-probability [B]."""
+    def sample(self, obs: torch.Tensor, generator: torch.Generator | None = None,
+               noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterised sample and its log-probability [B]; `noise` (standard normal [B, A]) if given."""
         mean, log_std = self._stats(obs)
         std = log_std.exp()
-        noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+        if noise is None:
+            noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
         pre = mean + std * noise
         action = torch.tanh(pre)
         # log N(pre) - sum log(1 - tanh(pre)^2), the latter written stably as 2 (log 2 - pre - softplus(-2 pre)).

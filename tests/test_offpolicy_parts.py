@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from policies.ensemble import EnsembleMLP, QEnsemble, TanhGaussianActor
-from robolearn.algos.sac import SAC, SACConfig, subset_indices
+from robolearn.algos.sac import SAC, SACConfig, adam_step_, init_adam_state, subset_indices
+from robolearn.algos.td3 import TD3, TD3Config
 from robolearn.buffers import ReplayBuffer, sample_mixed
 from robolearn.errors import ConfigError
 from robolearn.losses import HLGauss
@@ -141,3 +142,48 @@ def test_sac_update_runs_with_hl_gauss_and_asymmetric_critic():
     stats = algo.update_critic(batch)
     assert {"critic_loss", "q_mean", "actor_loss", "alpha", "entropy"} <= set(stats)
     assert not torch.equal(before, algo.critic_target.state_dict()["net.net.0.weight"])  # Polyak moved the target
+
+
+def test_written_out_adam_matches_torch_adam():
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+    b.load_state_dict(a.state_dict())
+    opt_a, opt_b = torch.optim.Adam(a.parameters(), lr=1e-2, fused=True), torch.optim.Adam(b.parameters(), lr=1e-2)
+    init_adam_state(opt_b)
+    for _ in range(5):
+        x = torch.randn(8, 4)
+        opt_a.zero_grad()
+        a(x).square().sum().backward()
+        opt_a.step()
+        adam_step_(opt_b, torch.autograd.grad(b(x).square().sum(), list(b.parameters())))
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    assert float(opt_b.state[b.weight]["step"]) == 5
+
+
+def _updates(learner: SAC, steps: int) -> dict[str, float]:
+    g, data = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
+    for _ in range(steps):
+        batch = {"obs": {"policy": torch.randn(16, 5, generator=data)},
+                 "next_obs": {"policy": torch.randn(16, 5, generator=data)},
+                 "actions": torch.rand(16, 2, generator=data) * 2 - 1, "rewards": torch.randn(16, generator=data),
+                 "discount": torch.full((16,), 0.99)}
+        stats = learner.update_critic(batch, g)
+    return {k: float(v) for k, v in stats.items()}
+
+
+@pytest.mark.parametrize("cls, config", [(SAC, SACConfig), (TD3, TD3Config)])
+def test_compiled_update_matches_eager(cls, config):
+    """`compile=True` runs the same update (same draws, same math) as one traced graph per step kind."""
+    learners = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        cfg = config(actor_hidden=(16,), critic_hidden=(16,), num_critics=3, critic_layer_norm=True,
+                     actor_every=2, compile=compiled)
+        learners.append(cls(5, 5, 2, cfg))
+    eager, compiled = (_updates(learner, 4) for learner in learners)
+    assert eager.keys() == compiled.keys() and "actor_loss" in eager
+    for k in eager:
+        assert compiled[k] == pytest.approx(eager[k], rel=1e-4, abs=1e-5), k
+    for p, q in zip(learners[0].actor.parameters(), learners[1].actor.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)

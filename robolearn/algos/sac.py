@@ -73,6 +73,8 @@ class SACConfig:
     random_warmup: bool = True    # uniform random actions until learning_starts (off: use the actor, as WSRL)
     reward_scale: float = 1.0
     reward_bias: float = 0.0
+    # execution
+    compile: bool = False         # torch.compile the critic and actor updates into fused graphs (see `compile_update`)
 
     def validate(self) -> None:
         if self.num_min_critics < 1 or (not self.subset_replace and self.num_min_critics > self.num_critics):
@@ -90,6 +92,49 @@ def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
     """target <- (1 - tau) target + tau source, one fused op over all parameters."""
     with torch.no_grad():
         torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
+
+
+def adam_step_(opt: torch.optim.Optimizer, grads: list[torch.Tensor]) -> None:
+    """`torch.optim.Adam`'s update (no weight decay, no amsgrad) written out, on the optimizer's own state.
+
+    `torch.optim` breaks a compiled graph around every `step()` on purpose; this traces into it, so a
+    compiled update is one graph from the forward pass to the new parameters. `init_adam_state`
+    must have run first (no state is created inside a graph).
+    """
+    flat = iter(grads)
+    for group in opt.param_groups:
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        for p in group["params"]:
+            g, state = next(flat), opt.state[p]
+            state["step"] += 1
+            step = state["step"]
+            state["exp_avg"].lerp_(g, 1 - beta1)
+            state["exp_avg_sq"].mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            denom = (state["exp_avg_sq"].sqrt() / (1 - beta2**step).sqrt()).add_(eps)
+            with torch.no_grad():
+                p.sub_(state["exp_avg"] / denom * (lr / (1 - beta1**step)))
+
+
+def init_adam_state(opt: torch.optim.Optimizer) -> None:
+    """Create Adam's per-parameter state (step, first and second moments) as `torch.optim.Adam` would."""
+    for group in opt.param_groups:
+        for p in group["params"]:
+            if not opt.state[p]:
+                opt.state[p].update(step=torch.zeros((), dtype=torch.float32, device=p.device),
+                                    exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+
+
+def compile_update(fn: Any) -> Any:
+    """`torch.compile` of one whole update: forward, `torch.autograd.grad`, Adam step, Polyak.
+
+    Tracing the gradient and the optimizer step into the graph is what pays: on 2 CPU cores it
+    measured about 3.5x the eager update at 64x64 networks and 1.4x at 256x256
+    (`benchmarks/offpolicy_fused_ops.py`); compiling takes tens of seconds per graph.
+    """
+    import torch._dynamo
+
+    torch._dynamo.config.trace_autograd_ops = True  # let torch.autograd.grad become part of the graph
+    return torch.compile(fn)
 
 
 def subset_indices(num_critics: int, size: int, replace: bool, generator: torch.Generator | None,
@@ -132,6 +177,11 @@ class SAC:
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr, fused=True)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.temperature_lr, fused=True)
         self.critic_updates = 0
+        if cfg.compile:
+            for opt in (self.actor_opt, self.critic_opt, self.alpha_opt):
+                init_adam_state(opt)
+            self._critic_update = compile_update(self._critic_update)
+            self._actor_update = compile_update(self._actor_update)
         self.config = {"obs_dim": obs_dim, "critic_obs_dim": critic_obs_dim, "num_actions": num_actions,
                        "sac": {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(cfg).items()}}
 
@@ -167,13 +217,31 @@ class SAC:
         """[E, B] values from the critic outputs (expectations under HL-Gauss)."""
         return self.hl.value(out) if self.hl is not None else out
 
-    def _target_min(self, next_obs_c: torch.Tensor, next_actions: torch.Tensor,
-                    generator: torch.Generator | None) -> torch.Tensor:
-        """[B] min over a random subset of M target critics at (o', a')."""
+    def _subset(self, generator: torch.Generator | None) -> torch.Tensor:
         cfg = self.cfg
-        next_q = self._q_values(self.critic_target(next_obs_c, next_actions))
-        idx = subset_indices(cfg.num_critics, cfg.num_min_critics, cfg.subset_replace, generator, self.device)
-        return next_q[idx].min(0).values
+        return subset_indices(cfg.num_critics, cfg.num_min_critics, cfg.subset_replace, generator, self.device)
+
+    def _noise(self, batch_size: int, generator: torch.Generator | None) -> torch.Tensor:
+        return torch.randn(batch_size, self.num_actions, generator=generator, device=self.device)
+
+    def _target_min(self, next_obs_c: torch.Tensor, next_actions: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """[B] min over the subset `idx` of the target critics at (o', a')."""
+        return self._q_values(self.critic_target(next_obs_c, next_actions))[idx].min(0).values
+
+    def _step(self, opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+        """One step of `opt` on the gradient of `loss` w.r.t. that optimizer's parameters only.
+
+        `torch.autograd.grad` instead of `backward()`: no gradient lands on the other networks the
+        loss passes through (the critic under the actor loss), and it traces into a compiled graph.
+        """
+        params = [p for group in opt.param_groups for p in group["params"]]
+        grads = torch.autograd.grad(loss, params)
+        if self.cfg.compile:  # the optimizer step inside the compiled graph
+            adam_step_(opt, grads)
+            return
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g
+        opt.step()
 
     def _critic_step(self, obs_c: torch.Tensor, actions: torch.Tensor, target: torch.Tensor
                      ) -> dict[str, torch.Tensor]:
@@ -185,28 +253,39 @@ class SAC:
         else:
             loss = 0.5 * ((out - target) ** 2).mean(-1).sum()
             q = out.detach()
-        self.critic_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.critic_opt.step()
-        self.critic_updates += 1
-        return {"critic_loss": loss.detach(), "q_mean": q.mean()}
+        stats = {"critic_loss": loss.detach().clone(), "q_mean": q.mean()}
+        self._step(self.critic_opt, loss)
+        return stats
 
     def update_critic(self, batch: dict[str, Any], generator: torch.Generator | None = None
                       ) -> dict[str, torch.Tensor]:
-        """One critic step on a minibatch; every `actor_every` steps also the actor and temperature."""
-        cfg = self.cfg
-        obs_c, next_obs_c = self.critic_obs(batch["obs"]), self.critic_obs(batch["next_obs"])
-        rewards = batch["rewards"] * cfg.reward_scale + cfg.reward_bias
-        with torch.no_grad():
-            next_actions, next_logp = self.actor.sample(batch["next_obs"]["policy"], generator)
-            next_v = self._target_min(next_obs_c, next_actions, generator)
-            if cfg.backup_entropy:
-                next_v = next_v - self.alpha * next_logp
-            target = rewards + batch["discount"] * next_v
-        stats = self._critic_step(obs_c, batch["actions"], target)
-        polyak_update(self.critic_target, self.critic, cfg.tau)
+        """One critic step on a minibatch; every `actor_period` steps also the actor and temperature.
+
+        The random draws happen here, the tensor work in `_critic_update` / `_actor_update`, which
+        `compile=True` turns into fused graphs.
+        """
+        next_policy = batch["next_obs"]["policy"]
+        noise, idx = self._noise(next_policy.shape[0], generator), self._subset(generator)
+        stats = self._critic_update(self.critic_obs(batch["obs"]), batch["actions"], batch["rewards"],
+                                    batch["discount"], next_policy, self.critic_obs(batch["next_obs"]), noise, idx)
+        self.critic_updates += 1
         if self.critic_updates % self.actor_period == 0:
             stats.update(self.update_actor(batch, generator))
+        return stats
+
+    def _critic_update(self, obs_c: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
+                       discount: torch.Tensor, next_obs: torch.Tensor, next_obs_c: torch.Tensor,
+                       noise: torch.Tensor, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        """TD target from a' = pi(o') (drawn with `noise`) and the target critics in `idx`, a critic step, Polyak."""
+        cfg = self.cfg
+        with torch.no_grad():
+            next_actions, next_logp = self.actor.sample(next_obs, noise=noise)
+            next_v = self._target_min(next_obs_c, next_actions, idx)
+            if cfg.backup_entropy:
+                next_v = next_v - self.alpha * next_logp
+            target = rewards * cfg.reward_scale + cfg.reward_bias + discount * next_v
+        stats = self._critic_step(obs_c, actions, target)
+        polyak_update(self.critic_target, self.critic, cfg.tau)
         return stats
 
     @property
@@ -216,22 +295,21 @@ class SAC:
 
     def update_actor(self, batch: dict[str, Any], generator: torch.Generator | None = None
                      ) -> dict[str, torch.Tensor]:
+        """One actor (and temperature) step on a minibatch."""
+        policy_obs = batch["obs"]["policy"]
+        noise = self._noise(policy_obs.shape[0], generator)
+        return self._actor_update(policy_obs, self.critic_obs(batch["obs"]), noise)
+
+    def _actor_update(self, obs: torch.Tensor, obs_c: torch.Tensor, noise: torch.Tensor) -> dict[str, torch.Tensor]:
         """Maximise E[Q(s, a) - alpha log pi(a|s)] (min or mean over critics), then fit the temperature."""
-        actions, logp = self.actor.sample(batch["obs"]["policy"], generator)
-        self.critic.requires_grad_(False)  # gradients flow through the critic to the actions only
-        q = self._q_values(self.critic(self.critic_obs(batch["obs"]), actions))
-        self.critic.requires_grad_(True)
+        actions, logp = self.actor.sample(obs, noise=noise)
+        q = self._q_values(self.critic(obs_c, actions))
         q = q.min(0).values if self.cfg.actor_q == "min" else q.mean(0)
         loss = (self.alpha * logp - q).mean()
-        self.actor_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.actor_opt.step()
-        stats = {"actor_loss": loss.detach(), "entropy": -logp.detach().mean()}
+        stats = {"actor_loss": loss.detach().clone(), "entropy": -logp.detach().mean()}
+        self._step(self.actor_opt, loss)
         if self.cfg.learn_temperature:
-            alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
-            self.alpha_opt.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            self.alpha_opt.step()
+            self._step(self.alpha_opt, -(self.log_alpha * (logp.detach() + self.target_entropy)).mean())
         stats["alpha"] = self.alpha
         return stats
 

@@ -59,33 +59,38 @@ class TD3(SAC):
         noise = torch.randn(action.shape, generator=generator, device=self.device) * self.cfg.exploration_noise
         return (action + noise).clamp(-1.0, 1.0)
 
-    def update_critic(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    def _noise(self, batch_size: int, generator: torch.Generator | None) -> torch.Tensor:
+        """Target-policy smoothing noise: N(0, policy_noise^2) clipped to +-noise_clip."""
         cfg = self.cfg
-        obs_c, next_obs_c = self.critic_obs(batch["obs"]), self.critic_obs(batch["next_obs"])
-        rewards = batch["rewards"] * cfg.reward_scale + cfg.reward_bias
-        with torch.no_grad():
-            next_actions = self.actor_target(batch["next_obs"]["policy"])
-            noise = torch.randn(next_actions.shape, generator=generator, device=self.device) * cfg.policy_noise
-            next_actions = (next_actions + noise.clamp(-cfg.noise_clip, cfg.noise_clip)).clamp(-1.0, 1.0)
-            target = rewards + batch["discount"] * self._target_min(next_obs_c, next_actions, generator)
-        stats = self._critic_step(obs_c, batch["actions"], target)
-        if self.critic_updates % cfg.actor_every == 0:  # delayed actor and target updates
-            stats.update(self.update_actor(batch, generator))
-            polyak_update(self.critic_target, self.critic, cfg.tau)
-            polyak_update(self.actor_target, self.actor, cfg.tau)
-        return stats
+        return (super()._noise(batch_size, generator) * cfg.policy_noise).clamp(-cfg.noise_clip, cfg.noise_clip)
 
-    def update_actor(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
-        """Maximise Q(s, mu(s)), the min or mean over critics (the original TD3 uses the first critic)."""
-        self.critic.requires_grad_(False)
-        q = self._q_values(self.critic(self.critic_obs(batch["obs"]), self.actor(batch["obs"]["policy"])))
-        self.critic.requires_grad_(True)
+    def _critic_update(self, obs_c: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
+                       discount: torch.Tensor, next_obs: torch.Tensor, next_obs_c: torch.Tensor,
+                       noise: torch.Tensor, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Clipped double-Q target at the smoothed target action; the targets move with the actor (delayed)."""
+        cfg = self.cfg
+        with torch.no_grad():
+            next_actions = (self.actor_target(next_obs) + noise).clamp(-1.0, 1.0)
+            target = rewards * cfg.reward_scale + cfg.reward_bias + discount * self._target_min(
+                next_obs_c, next_actions, idx)
+        return self._critic_step(obs_c, actions, target)
+
+    def update_actor(self, batch: dict[str, Any], generator: torch.Generator | None = None
+                     ) -> dict[str, torch.Tensor]:
+        return self._actor_update(batch["obs"]["policy"], self.critic_obs(batch["obs"]), None)
+
+    def _actor_update(self, obs: torch.Tensor, obs_c: torch.Tensor, noise: torch.Tensor | None
+                      ) -> dict[str, torch.Tensor]:
+        """Maximise Q(s, mu(s)), the min or mean over critics (the original TD3 uses the first critic);
+        then the delayed Polyak update of both targets. The actor is deterministic: no `noise`."""
+        q = self._q_values(self.critic(obs_c, self.actor(obs)))
         q = q.min(0).values if self.cfg.actor_q == "min" else q.mean(0)
         loss = -q.mean()
-        self.actor_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.actor_opt.step()
-        return {"actor_loss": loss.detach()}
+        stats = {"actor_loss": loss.detach().clone()}
+        self._step(self.actor_opt, loss)
+        polyak_update(self.critic_target, self.critic, self.cfg.tau)
+        polyak_update(self.actor_target, self.actor, self.cfg.tau)
+        return stats
 
     def model_state(self) -> dict[str, torch.Tensor]:
         state = super().model_state()
