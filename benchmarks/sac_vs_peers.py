@@ -14,8 +14,8 @@ over all N (SB3's `n_critics`, a Python loop over N networks; ours, one batched 
    reported per seed, and their median (a run that never reaches it counts as `--env-steps` + 1).
 
     python benchmarks/sac_vs_peers.py --skip-learning --updates 500   # update speed only
-    # update speed over network widths x ensemble sizes (one JSON with every cell):
-    python benchmarks/sac_vs_peers.py --skip-learning --grid --task cheetah-run
+    # update speed over network widths x ensemble sizes, eager and compiled (one JSON with every cell):
+    python benchmarks/sac_vs_peers.py --skip-learning --grid --compile --task cheetah-run
     # sample efficiency, small networks, DM Control's action repeat 4 on pendulum-swingup:
     python benchmarks/sac_vs_peers.py --skip-speed --hidden 64 64 --batch-size 128 --learning-starts 1000 \
         --action-repeat 4 --episode-length 250 --env-steps 16000 --eval-every 2000 --threshold 100 --seeds 0 1 2
@@ -51,11 +51,11 @@ def sb3_sac(env: Any, args: argparse.Namespace, seed: int):
                   buffer_size=1_000_000, seed=seed, device="cpu", verbose=0)
 
 
-def our_sac(env: Any, args: argparse.Namespace) -> SAC:
+def our_sac(env: Any, args: argparse.Namespace, compile: bool = False) -> SAC:
     return SAC.for_env(env, SACConfig(batch_size=args.batch_size, utd_ratio=float(args.utd),
                                       learning_starts=args.learning_starts, actor_hidden=tuple(args.hidden),
                                       critic_hidden=tuple(args.hidden), num_critics=args.num_critics,
-                                      num_min_critics=args.num_critics, actor_q="min"))
+                                      num_min_critics=args.num_critics, actor_q="min", compile=compile))
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -67,23 +67,27 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def update_speed(args: argparse.Namespace) -> dict:
-    """Updates/s of both learners on buffers of random transitions."""
+    """Updates/s of the learners on buffers of random transitions: robolearn eager, robolearn with
+    `compile=True` (with `--compile`) and SB3, timed in alternating rounds."""
     torch.manual_seed(0)
     ours_env = sim.make(args.task, num_envs=1, seed=0)
-    ours = OffPolicyRunner(ours_env, our_sac(ours_env, args), "/tmp/robolearn-bench-sac", {}, progress=False,
-                           steps_per_iteration=args.fill)
+    ours = OffPolicyRunner(ours_env, our_sac(ours_env, args, compile=False), "/tmp/robolearn-bench-sac", {},
+                           progress=False, steps_per_iteration=args.fill)
     ours.algo.cfg.learning_starts = 10**12  # fill only
     ours.learn(1, checkpoint_interval=10**9)
+    learners = {"robolearn": ours.algo}
+    if args.compile:
+        learners["robolearn_compiled"] = our_sac(ours_env, args, compile=True)
     sb3_env = sim.make_sb3(args.task, num_envs=1, seed=0)
     peer = sb3_sac(sb3_env, args, 0)
     peer.learning_starts = 10**12
     peer.learn(args.fill)
     gen = torch.Generator().manual_seed(0)
 
-    def time_ours() -> float:
+    def time_ours(algo: SAC) -> float:
         start = time.perf_counter()
         for _ in range(args.updates):
-            ours.algo.update_critic(ours.buffer.sample(args.batch_size, gen), gen)
+            algo.update_critic(ours.buffer.sample(args.batch_size, gen), gen)
         return args.updates / (time.perf_counter() - start)
 
     def time_peer() -> float:
@@ -91,19 +95,26 @@ def update_speed(args: argparse.Namespace) -> dict:
         peer.train(gradient_steps=args.updates, batch_size=args.batch_size)
         return args.updates / (time.perf_counter() - start)
 
-    time_ours(), time_peer()  # warm-up
-    ours_rates, peer_rates = [], []
+    for algo in learners.values():  # warm-up (and compilation)
+        time_ours(algo)
+    time_peer()
+    rates: dict[str, list[float]] = {name: [] for name in [*learners, "sb3"]}
     for _ in range(args.rounds):
-        ours_rates.append(time_ours())
-        peer_rates.append(time_peer())
+        for name, algo in learners.items():
+            rates[name].append(time_ours(algo))
+        rates["sb3"].append(time_peer())
     ours_env.close()
     sb3_env.close()
-    o, p = statistics.median(ours_rates), statistics.median(peer_rates)
-    print(f"hidden {args.hidden}, {args.num_critics} critics, batch {args.batch_size}: updates/s robolearn "
-          f"{o:.1f}, stable-baselines3 {p:.1f}, ratio {o / p:.2f}", flush=True)
-    return {"hidden": list(args.hidden), "num_critics": args.num_critics, "batch_size": args.batch_size,
-            "robolearn_updates_per_s": o, "sb3_updates_per_s": p, "ratio": o / p,
-            "robolearn_rounds": ours_rates, "sb3_rounds": peer_rates}
+    med = {name: statistics.median(r) for name, r in rates.items()}
+    p = med["sb3"]
+    print(f"hidden {args.hidden}, {args.num_critics} critics, batch {args.batch_size}: updates/s "
+          + ", ".join(f"{name} {v:.1f} ({v / p:.2f}x SB3)" for name, v in med.items()), flush=True)
+    out = {"hidden": list(args.hidden), "num_critics": args.num_critics, "batch_size": args.batch_size,
+           "sb3_updates_per_s": p, "sb3_rounds": rates["sb3"]}
+    for name in learners:
+        out.update({f"{name}_updates_per_s": med[name], f"{name}_ratio": med[name] / p, f"{name}_rounds": rates[name]})
+    out["ratio"] = out["robolearn_ratio"]
+    return out
 
 
 def evaluate(act, task: str, episodes: int = 8, **task_overrides: Any) -> float:
@@ -184,6 +195,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
     ap.add_argument("--num-critics", type=int, default=2)
+    ap.add_argument("--compile", action="store_true",
+                    help="also time robolearn with compile=True (one graph per update)")
     ap.add_argument("--grid", action="store_true",
                     help="update speed for hidden 64/128/256 x 2/10 critics (batch 256) instead of one setting")
     ap.add_argument("--action-repeat", type=int, default=1)
