@@ -207,7 +207,7 @@ def main() -> None:
     args = ap.parse_args()
     fields: dict[str, Any] = {"task": args.task, "settings": {k: v for k, v in vars(args).items() if k != "out"},
                               "torch_threads": torch.get_num_threads()}
-    if args.grid:
+    if args.grid and not args.skip_speed:
         cells = []
         for width in (64, 128, 256):
             for critics in (2, 10):
@@ -218,7 +218,7 @@ def main() -> None:
         fields["updates"] = update_speed(args)
     if not args.skip_learning:
         fields["learning"] = learning(args)
-    out = args.out or RESULTS / f"sac_vs_peers_{args.task}_cpu.json"
+    out = args.out or RESULTS / f"sac_vs_peers_{args.task}{'_grid' if args.grid else ''}_cpu.json"
     write_result(out, "sac_vs_peers", fields)
 
 

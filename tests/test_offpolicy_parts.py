@@ -187,3 +187,7 @@ def test_compiled_update_matches_eager(cls, config):
         assert compiled[k] == pytest.approx(eager[k], rel=1e-4, abs=1e-5), k
     for p, q in zip(learners[0].actor.parameters(), learners[1].actor.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    if cls is SAC:  # a restored optimizer without state (saved before any update) still steps
+        fresh = torch.optim.Adam(learners[1].critic.parameters(), fused=True)
+        learners[1].critic_opt.load_state_dict(fresh.state_dict())
+        assert _updates(learners[1], 1)["critic_loss"] > 0

@@ -88,6 +88,7 @@ def test_presets_resolve_to_their_recipes():
         "wsrl": dict(subset_replace=True, actor_q="min", actor_layer_norm=True, backup_entropy=False,
                      target_entropy_scale=1.0, utd_ratio=4.0, offline_ratio=0.0, random_warmup=False),
     }
+    assert _off_policy_config(compose(["algo=rlpd", "algo.compile=true"])["algo"]).compile
     for recipe, fields in want.items():
         algo = compose([f"algo={recipe}"])["algo"]
         assert algo["recipe"] == recipe and algo["name"] == "sac"

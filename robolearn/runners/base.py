@@ -4,6 +4,7 @@ environment/RNG part of the training state that makes a resumed run reproduce an
 from __future__ import annotations
 
 import json
+import warnings
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -78,13 +79,20 @@ class RunnerBase:
             "episodes.finished_returns": torch.tensor(list(self.finished_returns), dtype=torch.float64),
             "episodes.finished_lengths": torch.tensor(list(self.finished_lengths), dtype=torch.float64),
         })
-        meta = {"iteration": self.iteration, "env_steps": self.env_steps, "wall_s": self.wall_s}
+        meta = {"iteration": self.iteration, "env_steps": self.env_steps, "wall_s": self.wall_s,
+                "generator_device": self.generator.device.type}
         return tensors, meta
 
     def _restore_common(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         self.env.load_state_dict({k[4:]: v.numpy() for k, v in tensors.items() if k.startswith("env.")})
         torch.set_rng_state(tensors["rng.torch"])
-        self.generator.set_state(tensors["rng.generator"])
+        saved_on = meta.get("generator_device", "cpu")
+        if saved_on == self.generator.device.type:
+            self.generator.set_state(tensors["rng.generator"])
+        else:  # a CPU generator's state does not fit a CUDA generator (or the reverse): the stream restarts
+            warnings.warn(f"the checkpoint's random generator was on {saved_on}, this run's is on "
+                          f"{self.generator.device.type}: it keeps its seed instead, so the resumed run's random "
+                          "draws differ from an uninterrupted one", stacklevel=2)
         self.ep_return = tensors["episodes.return"].to(self.device)
         self.ep_length = tensors["episodes.length"].to(self.device)
         self.finished_returns = deque(tensors["episodes.finished_returns"].tolist(), maxlen=RETURN_WINDOW)
