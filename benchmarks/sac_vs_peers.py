@@ -132,6 +132,40 @@ def evaluate(act, task: str, episodes: int = 8, **task_overrides: Any) -> float:
     return float(total.mean())
 
 
+def learn_ours(args: argparse.Namespace, seed: int, ov: dict[str, Any], curves: dict, wall: dict,
+               rounds: int) -> None:
+    start = time.perf_counter()
+    torch.manual_seed(seed)
+    env = sim.make(args.task, num_envs=1, seed=seed, **ov)
+    runner = OffPolicyRunner(env, our_sac(env, args), f"/tmp/robolearn-bench-sac-learn-{seed}", {}, seed=seed,
+                             progress=False, steps_per_iteration=args.eval_every)
+    curve = curves["robolearn"][seed] = []
+    for i in range(rounds):
+        runner.learn(i + 1, checkpoint_interval=10**9)
+        ret = evaluate(lambda o, r=runner: r.algo.act({"policy": o}, deterministic=True), args.task, **ov)
+        curve.append((runner.env_steps, ret))
+        print(f"robolearn seed {seed} {runner.env_steps} {ret:.1f} ({time.perf_counter() - start:.0f} s)", flush=True)
+    env.close()
+    wall["robolearn"] += time.perf_counter() - start
+
+
+def learn_sb3(args: argparse.Namespace, seed: int, ov: dict[str, Any], curves: dict, wall: dict,
+              rounds: int) -> None:
+    start = time.perf_counter()
+    sb3_env = sim.make_sb3(args.task, num_envs=1, seed=seed, **ov)
+    peer = sb3_sac(sb3_env, args, seed)
+    curve = curves["sb3"][seed] = []
+    for i in range(rounds):
+        peer.learn(args.eval_every, reset_num_timesteps=i == 0)
+        ret = evaluate(lambda o, p=peer: torch.as_tensor(p.predict(o.numpy(), deterministic=True)[0]), args.task,
+                       **ov)
+        curve.append(((i + 1) * args.eval_every, ret))
+        print(f"sb3 seed {seed} {(i + 1) * args.eval_every} {ret:.1f} ({time.perf_counter() - start:.0f} s)",
+              flush=True)
+    sb3_env.close()
+    wall["sb3"] += time.perf_counter() - start
+
+
 def learning(args: argparse.Namespace) -> dict:
     """Evaluation curves of both learners per seed and the env-steps each needs to reach the threshold."""
     ov = overrides(args)
@@ -139,32 +173,11 @@ def learning(args: argparse.Namespace) -> dict:
     wall = {"robolearn": 0.0, "sb3": 0.0}
     rounds = args.env_steps // args.eval_every
     for seed in args.seeds:
-        start = time.perf_counter()
-        torch.manual_seed(seed)
-        env = sim.make(args.task, num_envs=1, seed=seed, **ov)
-        runner = OffPolicyRunner(env, our_sac(env, args), f"/tmp/robolearn-bench-sac-learn-{seed}", {}, seed=seed,
-                                 progress=False, steps_per_iteration=args.eval_every)
-        curve = curves["robolearn"][seed] = []
-        for i in range(rounds):
-            runner.learn(i + 1, checkpoint_interval=10**9)
-            ret = evaluate(lambda o, r=runner: r.algo.act({"policy": o}, deterministic=True), args.task, **ov)
-            curve.append((runner.env_steps, ret))
-            print(f"robolearn seed {seed} {runner.env_steps} {ret:.1f} ({time.perf_counter() - start:.0f} s)")
-        env.close()
-        wall["robolearn"] += time.perf_counter() - start
-
-        start = time.perf_counter()
-        sb3_env = sim.make_sb3(args.task, num_envs=1, seed=seed, **ov)
-        peer = sb3_sac(sb3_env, args, seed)
-        curve = curves["sb3"][seed] = []
-        for i in range(rounds):
-            peer.learn(args.eval_every, reset_num_timesteps=i == 0)
-            ret = evaluate(lambda o, p=peer: torch.as_tensor(p.predict(o.numpy(), deterministic=True)[0]), args.task,
-                           **ov)
-            curve.append(((i + 1) * args.eval_every, ret))
-            print(f"sb3 seed {seed} {(i + 1) * args.eval_every} {ret:.1f} ({time.perf_counter() - start:.0f} s)")
-        sb3_env.close()
-        wall["sb3"] += time.perf_counter() - start
+        if args.only != "sb3":
+            learn_ours(args, seed, ov, curves, wall, rounds)
+        if args.only != "robolearn":
+            learn_sb3(args, seed, ov, curves, wall, rounds)
+    curves = {who: c for who, c in curves.items() if c}
 
     def first(curve):
         return next((s for s, r in curve if r >= args.threshold), args.env_steps + 1)
@@ -202,6 +215,8 @@ def main() -> None:
     ap.add_argument("--action-repeat", type=int, default=1)
     ap.add_argument("--episode-length", type=int, default=0, help="0: the task's default")
     ap.add_argument("--skip-learning", action="store_true")
+    ap.add_argument("--only", choices=["robolearn", "sb3"], default=None,
+                    help="learning curves of one learner only (e.g. to run the two in parallel)")
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
