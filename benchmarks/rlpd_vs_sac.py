@@ -103,7 +103,10 @@ def main() -> None:
         import json
 
         parts = [json.loads(p.read_text()) for p in args.merge]
-        results = {k: v for part in parts for k, v in part["results"].items()}
+        results: dict[str, dict] = {}
+        for part in parts:  # the same learner may come in several files, one per seed
+            for k, v in part["results"].items():
+                results.setdefault(k, {}).update(v)
         write_result(out, "rlpd_vs_sac", {**parts[0], "results": results,
                                           "merged_from": [str(p) for p in args.merge]})
         plot(results, args, out.with_suffix(".png"))
