@@ -188,8 +188,8 @@ def learning(args: argparse.Namespace) -> dict:
         out[f"{who}_steps_to_threshold"] = steps
         out[f"{who}_median_steps_to_threshold"] = statistics.median(steps)
         out[f"{who}_final_return_mean"] = statistics.mean(c[-1][1] for c in curves[who].values())
-    print(f"median env-steps to {args.threshold}: robolearn {out['robolearn_median_steps_to_threshold']}, "
-          f"stable-baselines3 {out['sb3_median_steps_to_threshold']}")
+    print(f"median env-steps to {args.threshold}: "
+          + ", ".join(f"{who} {out[f'{who}_median_steps_to_threshold']}" for who in curves))
     return out
 
 
