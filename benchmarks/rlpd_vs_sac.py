@@ -70,9 +70,12 @@ def plot(results: dict[str, Any], args: argparse.Namespace, out: Path) -> None:
             steps, rets = zip(*r["curve"], strict=True)
             ax.plot(steps, rets, color="C0" if label.startswith("sac") else "C1", alpha=0.9,
                     label=label if i == 0 else None)
-    ax.set_xlabel("env steps")
+    ax.set_xlabel("env steps" if args.action_repeat == 1 else
+                  f"env steps (agent decisions; action repeat {args.action_repeat})")
     ax.set_ylabel("deterministic return (8 episodes)")
-    ax.set_title(f"{args.task}: RLPD-style vs SAC ({'x'.join(map(str, args.hidden))} nets, CPU)")
+    seeds = max(len(runs) for runs in results.values())
+    ax.set_title(f"{args.task}: RLPD-style vs SAC ({'x'.join(map(str, args.hidden))} nets, {seeds} seeds, online)",
+                 fontsize=10)
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
