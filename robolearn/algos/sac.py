@@ -128,9 +128,10 @@ def init_adam_state(opt: torch.optim.Optimizer) -> None:
 def compile_update(fn: Any) -> Any:
     """`torch.compile` of one whole update: forward, `torch.autograd.grad`, Adam step, Polyak.
 
-    Tracing the gradient and the optimizer step into the graph is what pays: on 2 CPU cores it
-    measured about 3.5x the eager update at 64x64 networks and 1.4x at 256x256
-    (`benchmarks/offpolicy_fused_ops.py`); compiling takes tens of seconds per graph.
+    Tracing the gradient and the optimizer step into the graph is what pays: on one CPU core it
+    measured 2.3-3x the eager update at 64x64 networks and 1.3x at 256x256
+    (`benchmarks/offpolicy_fused_ops.py`, `benchmarks/sac_vs_peers.py --compile`); compiling takes
+    tens of seconds per graph.
     """
     import torch._dynamo
 
