@@ -38,6 +38,7 @@ from benchmarks.sim_throughput import write_result  # noqa: E402
 from robolearn.algos.sac import SAC, SACConfig  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
+ORIGINAL_POLYAK = sac_module.polyak_update
 OBS, ACT = 17, 6  # cheetah-run's observation and action sizes
 
 
@@ -88,9 +89,6 @@ def timed(algo: SAC, batch: dict[str, Any], updates: int, polyak: Callable) -> f
         return updates / (time.perf_counter() - start)
     finally:
         sac_module.polyak_update = ORIGINAL_POLYAK
-
-
-ORIGINAL_POLYAK = sac_module.polyak_update
 
 
 def measure(hidden: int, critics: int, args: argparse.Namespace) -> dict[str, Any]:

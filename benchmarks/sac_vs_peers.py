@@ -113,7 +113,6 @@ def update_speed(args: argparse.Namespace) -> dict:
            "sb3_updates_per_s": p, "sb3_rounds": rates["sb3"]}
     for name in learners:
         out.update({f"{name}_updates_per_s": med[name], f"{name}_ratio": med[name] / p, f"{name}_rounds": rates[name]})
-    out["ratio"] = out["robolearn_ratio"]
     return out
 
 

@@ -181,6 +181,7 @@ class SAC:
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.temperature_lr, fused=True)
         self.critic_updates = 0
         if cfg.compile:
+            self._ensure_adam_state()
             self._critic_update = compile_update(self._critic_update)
             self._actor_update = compile_update(self._actor_update)
         self.config = {"obs_dim": obs_dim, "critic_obs_dim": critic_obs_dim, "num_actions": num_actions,
@@ -273,7 +274,7 @@ class SAC:
         The random draws happen here, the tensor work in `_critic_update` / `_actor_update`, which
         `compile=True` turns into fused graphs.
         """
-        self._ensure_adam_state()
+        self._ensure_adam_state()  # a restore may have replaced it with an empty state
         next_policy = batch["next_obs"]["policy"]
         noise, idx = self._noise(next_policy.shape[0], generator), self._subset(generator)
         stats = self._critic_update(self.critic_obs(batch["obs"]), batch["actions"], batch["rewards"],
@@ -306,7 +307,6 @@ class SAC:
     def update_actor(self, batch: dict[str, Any], generator: torch.Generator | None = None
                      ) -> dict[str, torch.Tensor]:
         """One actor (and temperature) step on a minibatch."""
-        self._ensure_adam_state()
         policy_obs = batch["obs"]["policy"]
         noise = self._noise(policy_obs.shape[0], generator)
         return self._actor_update(policy_obs, self.critic_obs(batch["obs"]), noise)

@@ -19,13 +19,15 @@ class RunnerBase:
     """Episode tracking, logging and the env/RNG training state; subclasses own the loop."""
 
     label = "train"
+    draws_on_device = False
 
     def __init__(self, env: Any, run_dir: str | Path, config: dict[str, Any], seed: int, device: torch.device,
                  progress: bool):
         self.env, self.config, self.device, self.progress = env, config, device, progress
         self.run_dir = Path(run_dir)
         torch.manual_seed(seed)
-        self.generator = torch.Generator().manual_seed(seed)
+        # the off-policy runner draws on the learner's device (no host copies per update); PPO draws on the CPU
+        self.generator = torch.Generator(device=device if self.draws_on_device else "cpu").manual_seed(seed)
         self.iteration = 0
         self.env_steps = 0
         self.wall_s = 0.0

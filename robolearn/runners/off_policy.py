@@ -29,12 +29,12 @@ from robolearn.runners.base import RunnerBase, progress_bar
 class OffPolicyRunner(RunnerBase):
     """Owns collection, the replay buffer and the update schedule; the algorithm owns the updates."""
 
+    draws_on_device = True
+
     def __init__(self, env: Any, algo: SAC, run_dir: str | Path, config: dict[str, Any], seed: int = 0,
                  progress: bool = True, steps_per_iteration: int = 50, offline: ReplayBuffer | None = None):
         super().__init__(env, run_dir, config, seed, algo.device, progress)
         self.algo, self.offline = algo, offline
-        if self.device.type != "cpu":  # collection and updates draw on the learner's device, without host copies
-            self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.steps_per_iteration = steps_per_iteration
         cfg = algo.cfg
         dims = {k: v[0] for k, v in env.observation_shapes.items() if k in ("policy", "critic")}
