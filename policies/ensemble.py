@@ -132,3 +132,17 @@ class TanhGaussianActor(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.mode(obs)
+
+
+class DeterministicActor(nn.Module):
+    """a = tanh(mu(o)): TD3's actor, an MLP with a squashed output."""
+
+    def __init__(self, obs_dim: int, num_actions: int, hidden: tuple[int, ...] = (256, 256),
+                 activation: str = "relu", layer_norm: bool = False):
+        super().__init__()
+        self.net = EnsembleMLP(1, obs_dim, hidden, num_actions, activation, layer_norm)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.net(obs)[0])
+
+    mode = forward

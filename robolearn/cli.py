@@ -1,4 +1,4 @@
-"""The `robolearn` command: `robolearn <subcommand> key=value ...` (Hydra-style overrides).
+"""The `robolearn` command: `robolearn <command> key=value ...`; `robolearn <command> --help` lists the options.
 
     robolearn train env=cartpole-swingup algo=ppo seed=1 env.num_envs=256 iterations=200
     robolearn train resume=runs/<run>               # continue where it stopped
@@ -13,125 +13,93 @@ The ROS 2 bridge (`real/`) adds:
     robolearn fake-robot robot=rc_car transport=dds
     robolearn record out=run.mcap topics=/odom,/imu,/ackermann_cmd
     robolearn bag2dataset bag=run.mcap out=episodes
-    robolearn learner ...      robolearn actor ...
+    robolearn learner run_dir=runs/car algo=serl      robolearn actor learner=host:50051 robot=rc_car
 
-`bench` and `collect` arrive with their issues.
+Every command composes `configs/<command>.yaml` over its schema (a dataclass; `robolearn.config`), so
+options are Hydra `key=value` overrides and an unknown key is an error that names it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import sys
+from typing import Any
 
 from robolearn.errors import ConfigError, RobolearnError
 
 
-def _parse(args: list[str]) -> dict[str, str]:
-    out = {}
-    for a in args:
-        if "=" not in a:
-            raise ConfigError(f"arguments are key=value overrides, got {a!r}")
-        k, v = a.split("=", 1)
-        out[k] = v
-    return out
+@dataclasses.dataclass
+class TasksConfig:
+    """`robolearn tasks`: every registered task with its random and reference returns."""
+
+    verbose: bool = False           # also print each task's documentation
 
 
-def cmd_tasks(opts: dict[str, str]) -> int:
+def cmd_tasks(cfg: TasksConfig) -> int:
     import sim
-    from sim.tasks import TASKS
 
-    verbose = opts.get("verbose", "false").lower() in ("1", "true", "yes")
     for name in sim.list_tasks():
-        cls = TASKS[name]
-        print(f"{name:20s} random return {cls.random_return:8.1f}   reference {cls.reference_return:8.1f}")
-        if verbose:
-            print("    " + cls.describe().replace("\n", "\n    ") + "\n")
+        spec = sim.task_spec(name)
+        print(f"{name:20s} random return {spec.random_return:8.1f}   reference {spec.reference_return:8.1f}")
+        if cfg.verbose:
+            print("    " + spec.describe().replace("\n", "\n    ") + "\n")
     return 0
 
 
-def cmd_render(opts: dict[str, str]) -> int:
-    import sim
-
-    out = opts.pop("out", None)
-    seed = int(opts.pop("seed", "0"))
-    if "checkpoint" in opts:
-        from robolearn.train import render_checkpoint
-
-        ckpt = opts.pop("checkpoint")
-        _no_more(opts, "render", "checkpoint, out, seed")
-        path = render_checkpoint(ckpt, out or "policy.mp4", seed=seed)
-    else:
-        env = opts.pop("env", "cartpole-swingup")
-        steps = int(opts.pop("steps", "0")) or None
-        _no_more(opts, "render", "env, checkpoint, out, steps, seed")
-        path = sim.render(env, path=out or f"{env}.mp4", num_steps=steps, seed=seed)
-    print(f"wrote {path}")
-    return 0
-
-
-def cmd_eval(opts: dict[str, str]) -> int:
-    from robolearn.train import evaluate
-
-    if "checkpoint" not in opts:
-        raise ConfigError("eval needs checkpoint=<run_dir>/checkpoints/final")
-    ckpt = opts.pop("checkpoint")
-    episodes = int(opts.pop("episodes", "10"))
-    seed = int(opts.pop("seed", "1000"))
-    _no_more(opts, "eval", "checkpoint, episodes, seed")
-    print(f"mean return over {episodes} episodes: {evaluate(ckpt, episodes=episodes, seed=seed):.2f}")
-    return 0
-
-
-def cmd_train(args: list[str]) -> int:
-    from robolearn.train import train
-
-    train(args)
-    return 0
-
-
-def _no_more(opts: dict[str, str], cmd: str, valid: str) -> None:
-    if opts:
-        raise ConfigError(f"unknown {cmd} options {sorted(opts)}; valid: {valid}")
-
-
-# Subcommands of the ROS 2 bridge live next to their code in `real/` (imported only when used).
-REAL_COMMANDS = {
-    "deploy": "real.deploy:cmd_deploy",
-    "fake-robot": "real.fake_robot:cmd_fake_robot",
-    "record": "real.recorder:cmd_record",
-    "bag2dataset": "real.recorder:cmd_bag2dataset",
-    "actor": "real.rl.actor:cmd_actor",
-    "learner": "real.rl.learner:cmd_learner",
+#: command -> (its function, its schema); the function takes the schema's instance, except `train`, which
+#: takes the overrides (a resumed run reads its own config). Functions import only when their command runs.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("robolearn.train:train", "robolearn.config:TrainConfig"),
+    "eval": ("robolearn.evaluate:cmd_eval", "robolearn.evaluate:EvalConfig"),
+    "render": ("robolearn.evaluate:cmd_render", "robolearn.evaluate:RenderConfig"),
+    "tasks": ("robolearn.cli:cmd_tasks", "robolearn.cli:TasksConfig"),
+    "deploy": ("real.deploy:cmd_deploy", "real.deploy:DeployConfig"),
+    "fake-robot": ("real.fake_robot:cmd_fake_robot", "real.fake_robot:FakeRobotConfig"),
+    "record": ("real.recorder:cmd_record", "real.recorder:RecordConfig"),
+    "bag2dataset": ("real.bag2dataset:cmd_bag2dataset", "real.bag2dataset:Bag2DatasetConfig"),
+    "actor": ("real.rl.actor:cmd_actor", "real.rl.actor:ActorConfig"),
+    "learner": ("real.rl.learner:cmd_learner", "real.rl.learner:LearnerConfig"),
 }
 
 
-def _real_command(name: str):
-    def run(opts: dict[str, str]) -> int:
-        import importlib
-
-        module, func = REAL_COMMANDS[name].split(":")
-        try:
-            target = getattr(importlib.import_module(module), func)
-        except (ImportError, AttributeError) as e:
-            raise ConfigError(f"`robolearn {name}` is not available in this installation: {e}") from e
-        return int(target(opts) or 0)
-
-    return run
+def _load(name: str, target: str) -> Any:
+    module, attr = target.split(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"`robolearn {name}` is not available in this installation: {e}") from e
 
 
-COMMANDS = {"tasks": cmd_tasks, "render": cmd_render, "eval": cmd_eval, "train": cmd_train,
-            **{name: _real_command(name) for name in REAL_COMMANDS}}
+def run(name: str, overrides: list[str]) -> int:
+    """Compose `configs/<name>.yaml` with `overrides` and run the command."""
+    from omegaconf import OmegaConf
+
+    from robolearn.config import compose
+
+    func, schema = _load(name, COMMANDS[name][0]), _load(name, COMMANDS[name][1])
+    if name == "train":
+        func(overrides)
+        return 0
+    cfg = compose(name.replace("-", "_"), overrides, schema)
+    return int(func(OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), cfg))) or 0)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         print(__doc__.strip())
-        print(f"\nusage: robolearn {{{','.join(COMMANDS)}}} [key=value ...]")
+        print(f"\nusage: robolearn {{{','.join(COMMANDS)}}} [key=value ...]   (robolearn <command> --help)")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
+    name, args = argv[0], argv[1:]
     try:
-        if argv[0] == "train":  # Hydra parses train's overrides itself (env=..., env.num_envs=...)
-            return cmd_train(argv[1:])
-        return COMMANDS[argv[0]](_parse(argv[1:]))
+        if any(a in ("-h", "--help") for a in args):
+            from robolearn.config import help_text
+
+            func, schema = _load(name, COMMANDS[name][0]), _load(name, COMMANDS[name][1])
+            print(help_text(name.replace("-", "_"), schema, func.__doc__ or schema.__doc__ or ""))
+            return 0
+        return run(name, args)
     except RobolearnError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,143 @@
+"""A checkpoint (or a scripted controller) as a policy: the one place a policy is loaded.
+
+    policy = load_policy("runs/<run>/checkpoints/final")                  # deterministic, on the CPU
+    actions = policy({"policy": obs})                                       # obs [N, D] -> actions [N, A]
+    policy.run                                                              # the run config it was trained with
+
+Every checkpoint kind loads here: PPO (`ActorCritic`: the mean, or a Gaussian sample), SAC (the tanh-Gaussian
+actor: tanh(mu), or a reparameterised sample), TD3 (tanh(mu), or with its exploration noise). Deployment,
+the real-world actor, evaluation and rendering use it; none needs critics or target networks, so only the
+actor's weights are read. This module imports neither the simulator nor JAX.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from robolearn import checkpoint
+from robolearn.errors import CheckpointError, ConfigError
+
+Mode = Literal["deterministic", "sample"]
+MODES = ("deterministic", "sample")
+
+
+class Policy(torch.nn.Module):
+    """`{"policy": obs[N, D]} -> actions[N, A]`, deterministic or sampled.
+
+    Attributes: `net` (the actor network), `kind` ("ppo", "sac", "td3" or "scripted"), `mode`, `run` (the run
+    config stored with the checkpoint, `{}` for a scripted controller), `policy_config` (the network's config,
+    which the real-world learner publishes parameters for), `generator` (the draws of `mode="sample"`).
+    """
+
+    def __init__(self, net: torch.nn.Module | Callable[[torch.Tensor], torch.Tensor], kind: str, mode: Mode = "deterministic",
+                 run: Mapping[str, Any] | None = None, policy_config: Mapping[str, Any] | None = None,
+                 exploration_noise: float = 0.1, seed: int = 0) -> None:
+        super().__init__()
+        if mode not in MODES:
+            raise ConfigError(f"policy mode must be one of {MODES}, got {mode!r}")
+        if isinstance(net, torch.nn.Module):
+            self.net = net
+        else:
+            self.fn = net
+        self.kind, self.mode = kind, mode
+        self.run, self.policy_config = dict(run or {}), dict(policy_config or {})
+        self.exploration_noise = exploration_noise
+        self.generator = torch.Generator().manual_seed(seed)
+
+    @property
+    def name(self) -> str:
+        return self.policy_config.get("function", self.kind)
+
+    def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        if self.kind == "scripted":
+            return self.fn(obs["policy"])
+        if self.kind == "ppo":
+            if self.mode == "deterministic":
+                return self.net.act_deterministic(obs)
+            dist = self.net.distribution(obs)
+            return dist.mean + dist.stddev * self._noise(dist.mean)
+        x = obs["policy"]
+        if self.kind == "sac":
+            if self.mode == "deterministic":
+                return self.net.mode(x)
+            return self.net.sample(x, noise=self._noise(x.new_empty(x.shape[0], self.policy_config["num_actions"])))[0]
+        action = self.net(x)  # td3
+        if self.mode == "deterministic":
+            return action
+        return (action + self.exploration_noise * self._noise(action)).clamp(-1.0, 1.0)
+
+    def load_actor_state(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Load actor weights in a checkpoint's key layout (`actor.*` for SAC/TD3, as the real-world learner
+        publishes them; the whole `ActorCritic` for PPO); a mismatch is a `CheckpointError`."""
+        if self.kind != "ppo":
+            state = {k[len("actor."):]: v for k, v in state.items() if k.startswith("actor.")}
+        try:
+            self.net.load_state_dict(state)
+        except RuntimeError as e:
+            raise CheckpointError(f"the parameters do not fit this {self.kind} policy: {e}") from e
+
+    def _noise(self, like: torch.Tensor) -> torch.Tensor:
+        """Standard normal draws from this policy's own generator (on the CPU, moved to the policy's device)."""
+        return torch.randn(like.shape, generator=self.generator).to(like.device, like.dtype)
+
+
+def _actor(kind: str, cfg: Mapping[str, Any]) -> torch.nn.Module:
+    """The actor network of a checkpoint's policy config."""
+    from policies.actor_critic import ActorCritic
+    from policies.ensemble import DeterministicActor, TanhGaussianActor
+
+    try:
+        if kind == "ppo":
+            return ActorCritic(**cfg)
+        c = cfg[kind]
+        actor_class = TanhGaussianActor if kind == "sac" else DeterministicActor
+        return actor_class(cfg["obs_dim"], cfg["num_actions"], tuple(c["actor_hidden"]), c["activation"],
+                           c["actor_layer_norm"])
+    except (TypeError, KeyError) as e:
+        raise CheckpointError(f"checkpoint policy config does not fit the policy: {e}") from e
+
+
+def policy_kind(policy_config: Mapping[str, Any]) -> str:
+    """"sac", "td3" or "ppo": which network a checkpoint's policy config describes."""
+    return "sac" if "sac" in policy_config else "td3" if "td3" in policy_config else "ppo"
+
+
+def build_policy(policy_config: Mapping[str, Any], mode: Mode = "deterministic", run: Mapping[str, Any] | None = None,
+                 seed: int = 0) -> Policy:
+    """A freshly initialised `Policy` for a checkpoint's policy config (weights to be loaded into `.net`)."""
+    kind = policy_kind(policy_config)
+    noise = float(policy_config.get("td3", {}).get("exploration_noise", 0.1))
+    return Policy(_actor(kind, policy_config), kind, mode, run, policy_config, exploration_noise=noise, seed=seed)
+
+
+def load_policy(path: str | Path, mode: Mode = "deterministic", device: str | torch.device = "cpu",
+                seed: int = 0) -> Policy:
+    """The policy in the checkpoint folder `path` (config.json + model.safetensors), on `device`, in eval mode.
+
+    `mode="sample"` draws exploratory actions (SAC's sample, PPO's Gaussian, TD3's exploration noise) from
+    the policy's own generator seeded with `seed`.
+    """
+    config, state = checkpoint.load(path)
+    if "policy" not in config or "run" not in config:
+        raise CheckpointError(f"{Path(path) / checkpoint.CONFIG} lacks 'policy' or 'run': not a robolearn checkpoint")
+    policy = build_policy(config["policy"], mode, config["run"], seed)
+    try:
+        policy.load_actor_state(state)  # the actor only, not critics and targets
+    except CheckpointError as e:
+        raise CheckpointError(f"model.safetensors in {path} does not match its config.json: {e}") from e
+    return policy.to(device).eval()
+
+
+def scripted_policy(spec: str) -> Policy:
+    """A scripted controller `"module.path:function"` mapping obs[N, D] -> actions[N, A], as a `Policy`."""
+    path, _, attr = str(spec).partition(":")
+    try:
+        fn = getattr(importlib.import_module(path), attr)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(f"policy={spec!r}: cannot import it ({e}); use module.path:function") from e
+    return Policy(fn, "scripted", policy_config={"function": str(spec)})
