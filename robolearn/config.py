@@ -161,8 +161,12 @@ def compose(command: str, overrides: Sequence[str] = (), schema: type | None = N
 
 def _first_lines(e: Exception) -> str:
     """Hydra's message without the hint lines it adds for its own CLI."""
+    import re
+
     text = str(e) if not e.__cause__ else f"{e} ({e.__cause__})"
-    return " ".join(line.strip() for line in text.splitlines() if line.strip() and "HYDRA_FULL_ERROR" not in line)
+    text = re.sub(r"To append to your config use \S+ ", "", text)  # a schema has no room for new keys
+    return " ".join(line.strip() for line in text.splitlines() if line.strip() and "HYDRA_FULL_ERROR" not in line
+                    and not line.startswith(("Config search path", "provider=")))
 
 
 def help_text(command: str, schema: type | None = None, doc: str = "") -> str:
