@@ -4,93 +4,87 @@
     robolearn deploy policy=sim.tasks.rc_car_control:demo_lap_policy robot=rc_car duration=60
     robolearn deploy checkpoint=... robot=arm inputs.joints.topic=/my_arm/joint_states
 
-``robot`` picks configs/deploy/<robot>.yaml; every other key=value is a Hydra override of it (see
-configs/deploy.yaml for the keys). ``policy=module:function`` runs a scripted controller mapping the observation
-batch ``[N, D]`` to actions (e.g. the RC car's demo-lap pure pursuit) instead of a checkpoint.
+``robot`` picks configs/robot/<robot>.yaml (the runner preset); every other key=value is a Hydra override of
+`DeployConfig` (see configs/deploy.yaml for the runner keys). ``policy=module:function`` runs a scripted
+controller mapping the observation batch ``[N, D]`` to actions (e.g. the RC car's demo-lap pure pursuit)
+instead of a checkpoint.
 
-``rate_hz: null`` (the rc_car default) runs at the checkpoint's control rate (1 / ctrl_dt of its task); without a
+``rate_hz: null`` (the rc_car default) runs at the rate the checkpoint's policy acted at in training; without a
 checkpoint at the robot's `FALLBACK_RATES` entry. An explicit rate_hz that differs from the checkpoint's is an
-error unless ``force_rate=true``.
+error unless ``force_rate=true``. This process loads neither JAX nor MuJoCo.
 """
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
 import logging
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from real.runner import PolicyRunner, RunnerConfig
-from robolearn.errors import ConfigError, UnknownTaskError
+from robolearn.config import compose, config_dir, control_rate
+from robolearn.errors import ConfigError
+from robolearn.policy_io import Policy, load_policy, scripted_policy
 
 log = logging.getLogger(__name__)
 
-#: Keys of configs/deploy.yaml that concern the process, not the runner.
-PROCESS_KEYS = ("checkpoint", "policy", "transport", "domain_id", "duration", "torch_threads", "force_rate")
 #: Control rates (Hz) for ``rate_hz: null`` without a checkpoint to take it from (the sim task's rate).
 FALLBACK_RATES = {"rc_car": 20.0}
 
 
-class FunctionPolicy(torch.nn.Module):
-    """A scripted controller ``fn(obs[N, D]) -> actions[N, A]`` called like a robolearn policy (``{"policy": obs}``)."""
+@dataclasses.dataclass
+class DeployConfig:
+    """`robolearn deploy`: the process (policy source, transport, duration) and the runner (the robot preset)."""
 
-    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], name: str = "") -> None:
-        super().__init__()
-        self.fn, self.name = fn, name or getattr(fn, "__name__", "function")
+    checkpoint: str | None = None   # a robolearn checkpoint folder (config.json + model.safetensors)
+    policy: str | None = None       # or a scripted controller "module:function" mapping obs[N, D] -> actions[N, A]
+    transport: str = "auto"         # auto (rclpy if importable, else dds) | dds | rclpy | memory
+    domain_id: int | None = None    # DDS / ROS domain; null: ROS_DOMAIN_ID or 0
+    duration: float | None = None   # seconds to run; null: until Ctrl-C / SIGTERM (stop commands are sent either way)
+    torch_threads: int = 1          # small MLPs infer fastest on one thread
+    force_rate: bool = False        # true: allow a rate_hz that differs from the checkpoint's control rate
+    # the runner (set by configs/robot/<robot>.yaml; documented in configs/deploy.yaml)
+    robot: str = "rc_car"
+    rate_hz: float | None = None
+    device: str = "cpu"
+    spin_ms: float = 0.2
+    inputs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    observation: list[Any] = dataclasses.field(default_factory=list)
+    command: dict[str, Any] = dataclasses.field(default_factory=dict)
+    safety: dict[str, Any] = dataclasses.field(default_factory=dict)
+    estop: dict[str, Any] | None = None
+    require_estop: bool = False
+    teleop: dict[str, Any] | None = None
+    stats: dict[str, Any] | None = None
+    adapter: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        return self.fn(obs["policy"])
+
+#: Keys of `DeployConfig` that concern the process, not the runner.
+PROCESS_KEYS = ("checkpoint", "policy", "transport", "domain_id", "duration", "torch_threads", "force_rate")
 
 
 def robots() -> list[str]:
-    """The robots with a deploy config (configs/deploy/<robot>.yaml)."""
-    from robolearn.train import config_dir
-
-    return sorted(p.stem for p in (config_dir() / "deploy").glob("*.yaml"))
+    """The robots with a runner preset (configs/robot/<robot>.yaml)."""
+    return sorted(p.stem for p in (config_dir() / "robot").glob("*.yaml"))
 
 
-def compose_deploy(robot: str = "rc_car", overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+def compose_deploy(robot: str = "rc_car", overrides: Sequence[str] = (), command: str = "deploy",
+                   schema: type = DeployConfig) -> dict[str, Any]:
     """The resolved deploy config of ``robot`` with Hydra ``key=value`` overrides."""
-    from robolearn.train import compose
-
     if robot not in robots():
-        raise ConfigError(f"no deploy config for robot {robot!r}; available: {robots()}")
-    return compose([f"deploy={robot}", *overrides], name="deploy")
+        raise ConfigError(f"no runner preset for robot {robot!r}; available: {robots()}")
+    return compose(command, [f"robot={robot}", *overrides], schema)
 
 
-def load_deploy_policy(checkpoint: str | Path | None = None, policy: str | None = None,
-                       device: str = "cpu") -> tuple[torch.nn.Module, dict[str, Any]]:
-    """The policy module and its run config: a checkpoint folder, or a ``module:function`` controller."""
+def load_deploy_policy(checkpoint: str | None = None, policy: str | None = None,
+                       device: str = "cpu") -> tuple[Policy, dict[str, Any]]:
+    """The policy and its run config: a checkpoint folder (deterministic), or a ``module:function`` controller."""
     if (checkpoint is None) == (policy is None):
         raise ConfigError("deploy needs exactly one of checkpoint=<run>/checkpoints/final or policy=module:function")
-    if checkpoint is not None:
-        from robolearn.train import load_policy
-
-        module, run_config = load_policy(checkpoint)
-        return module.to(device), dict(run_config)
-    path, _, attr = str(policy).partition(":")
-    try:
-        fn = getattr(importlib.import_module(path), attr)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ConfigError(f"policy={policy!r}: cannot import it ({e}); use module.path:function") from e
-    return FunctionPolicy(fn, str(policy)), {}
-
-
-def trained_rate(run_config: Mapping[str, Any]) -> float | None:
-    """The control rate (Hz, 1 / ctrl_dt) of the task a checkpoint was trained on; None when unknown."""
-    env = run_config.get("env") or {}
-    if not env.get("name"):
-        return None
-    from sim.tasks import get_task_class
-
-    try:
-        overrides = env.get("overrides") or {}
-        return 1.0 / float(overrides.get("ctrl_dt") or get_task_class(env["name"]).config_class().ctrl_dt)
-    except (UnknownTaskError, TypeError, ValueError, ZeroDivisionError):  # unknown task or bad ctrl_dt: no rate
-        return None
+    loaded = load_policy(checkpoint, device=device) if checkpoint is not None else scripted_policy(str(policy))
+    return loaded, loaded.run
 
 
 def resolve_rate(rate_hz: Any, robot: str, run_config: Mapping[str, Any], force: bool = False) -> float:
@@ -99,7 +93,7 @@ def resolve_rate(rate_hz: Any, robot: str, run_config: Mapping[str, Any], force:
     A given rate that differs from the checkpoint's is a `ConfigError` unless ``force`` (its observations,
     averaged over a period or holding the previous action, and the dynamics per step would differ).
     """
-    trained = trained_rate(run_config)
+    trained = control_rate(dict(run_config))
     if rate_hz is None:
         if trained is not None:
             return trained
@@ -127,36 +121,31 @@ def build_runner(cfg: Mapping[str, Any], transport: Any, policy: torch.nn.Module
     if policy is None:
         policy, run_config = load_deploy_policy(cfg.get("checkpoint"), cfg.get("policy"), str(cfg.get("device", "cpu")))
     run_config = dict(run_config or {})
-    force = str(cfg.get("force_rate", False)).lower() in ("true", "1", "yes")
-    rate = resolve_rate(cfg.get("rate_hz"), str(cfg.get("robot", "")), run_config, force)
+    rate = resolve_rate(cfg.get("rate_hz"), str(cfg.get("robot", "")), run_config, bool(cfg.get("force_rate")))
     runner_cfg = RunnerConfig.from_dict({**{k: v for k, v in cfg.items() if k not in PROCESS_KEYS}, "rate_hz": rate})
     return PolicyRunner(runner_cfg, policy, transport, run_config=run_config)
 
 
-def cmd_deploy(opts: dict[str, str]) -> int:
-    """`robolearn deploy robot=<robot> checkpoint=<dir> | policy=<module:function> [transport=auto|dds|rclpy]
-    [domain_id=N] [duration=seconds] [hydra overrides of configs/deploy/<robot>.yaml]`."""
+def open_transport(kind: str, domain_id: int | None):
+    """`real.transport.make_transport` with a bad kind as a `ConfigError`."""
     from real.transport import make_transport
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    opts = dict(opts)
-    robot = opts.pop("robot", "rc_car")
-    process = {k: opts.pop(k) for k in PROCESS_KEYS if k in opts}  # paths stay out of Hydra's override grammar
-    cfg = compose_deploy(robot, [f"{k}={v}" for k, v in opts.items()])
-    cfg.update(process)
-    torch.set_num_threads(int(cfg.get("torch_threads") or 1))
-    duration = None if cfg.get("duration") in (None, "", "null") else float(cfg["duration"])
-    domain_id = None if cfg.get("domain_id") in (None, "", "null") else int(cfg["domain_id"])
     try:
-        transport = make_transport(str(cfg.get("transport") or "auto"), domain_id)
+        return make_transport(kind, domain_id)
     except ValueError as e:
         raise ConfigError(str(e)) from e
-    with transport:
-        runner = build_runner(cfg, transport)
-        log.info("deploying on %s: %g Hz, command %s on %s", robot, runner.config.rate_hz,
+
+
+def cmd_deploy(cfg: DeployConfig) -> int:
+    """Run a checkpoint (or a scripted controller) on a robot until Ctrl-C, SIGTERM or `duration`."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    torch.set_num_threads(cfg.torch_threads)
+    with open_transport(cfg.transport, cfg.domain_id) as transport:
+        runner = build_runner(dataclasses.asdict(cfg), transport)
+        log.info("deploying on %s: %g Hz, command %s on %s", cfg.robot, runner.config.rate_hz,
                  runner.adapter.command_type, runner.publisher.topic)
         try:
-            runner.run(duration=duration)
+            runner.run(duration=cfg.duration)
         except KeyboardInterrupt:
             log.info("interrupted; stop commands sent")
         finally:

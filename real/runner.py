@@ -56,7 +56,7 @@ LINK_GRACE_S = 1.0  # seconds of running before the e-stop and command links are
 
 @dataclasses.dataclass
 class RunnerConfig:
-    """A deploy config's runner part (configs/deploy/<robot>.yaml; see configs/deploy.yaml for the comments)."""
+    """A deploy config's runner part (configs/robot/<robot>.yaml; see configs/deploy.yaml for the comments)."""
 
     robot: str
     inputs: dict[str, InputSpec]

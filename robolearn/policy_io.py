@@ -34,9 +34,9 @@ class Policy(torch.nn.Module):
     which the real-world learner publishes parameters for), `generator` (the draws of `mode="sample"`).
     """
 
-    def __init__(self, net: torch.nn.Module | Callable[[torch.Tensor], torch.Tensor], kind: str, mode: Mode = "deterministic",
-                 run: Mapping[str, Any] | None = None, policy_config: Mapping[str, Any] | None = None,
-                 exploration_noise: float = 0.1, seed: int = 0) -> None:
+    def __init__(self, net: torch.nn.Module | Callable[[torch.Tensor], torch.Tensor], kind: str,
+                 mode: Mode = "deterministic", run: Mapping[str, Any] | None = None,
+                 policy_config: Mapping[str, Any] | None = None, exploration_noise: float = 0.1, seed: int = 0) -> None:
         super().__init__()
         if mode not in MODES:
             raise ConfigError(f"policy mode must be one of {MODES}, got {mode!r}")
