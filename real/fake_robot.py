@@ -133,7 +133,7 @@ class FakeRcCar:
 
     def course(self) -> Course:
         """The track's checkpoints as a `Course` (the odom frame is the track's frame)."""
-        from sim.tasks.rc_car import GATE_MARGIN
+        from sim.tasks.rc_car_geometry import GATE_MARGIN
 
         track = self.env.task.track
         return Course(track.checkpoints, track.width / 2 + GATE_MARGIN, track.cp_tangent)
@@ -164,7 +164,7 @@ class FakeRcCar:
         if self.config.throttle == "passthrough":
             throttle = drive
         else:
-            from sim.tasks.rc_car import TOP_SPEED
+            from sim.tasks.rc_car_geometry import TOP_SPEED
 
             throttle = drive / TOP_SPEED + self.config.speed_gain * (drive - self.forward_speed)
         return np.array([steering, float(np.clip(throttle, -1.0, 1.0))])

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import sim
-from sim.tasks.rc_car import CRITIC_NAMES, OBS_NAMES, TRACKS
+from sim.tasks.rc_car_geometry import CRITIC_NAMES, OBS_NAMES, TRACKS
 from sim.tasks.rc_car_control import demo_lap_policy
 
 NAME = "rc-car-track"

@@ -57,7 +57,7 @@ class Course:
 
         Same geometry and passing radius (half the width plus the sim's gate margin) as ``rc-car-track``.
         """
-        from sim.tasks.rc_car import GATE_MARGIN, TRACKS, TrackGeometry
+        from sim.tasks.rc_car_geometry import GATE_MARGIN, TRACKS, TrackGeometry
 
         if points is not None and len(points):
             width = width or 1.0
@@ -71,7 +71,7 @@ class Course:
     @classmethod
     def from_path(cls, xy: Any, spacing: float = 1.0, pass_radius: float = 1.0) -> Course:
         """Checkpoints every ``spacing`` metres along a driven closed path (e.g. odometry of a demo lap)."""
-        from sim.tasks.rc_car import resample
+        from sim.tasks.rc_car_geometry import resample
 
         path = np.asarray(xy, dtype=np.float64)
         if path.ndim != 2 or path.shape[1] != 2 or len(path) < 3:

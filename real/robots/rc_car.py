@@ -175,7 +175,7 @@ class RcCarAdapter(RobotAdapter):
     def check(self, observation_names: list[str]) -> None:
         env = (self.run_config.get("env") or {}).get("name")
         if env == "rc-car-track":
-            from sim.tasks.rc_car import OBS_NAMES
+            from sim.tasks.rc_car_geometry import OBS_NAMES
 
             if tuple(observation_names) != OBS_NAMES:
                 raise ConfigError(f"the checkpoint was trained on rc-car-track, whose observation is {OBS_NAMES}; "

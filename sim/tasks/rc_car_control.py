@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from sim.tasks.rc_car import MAX_STEER, TOP_SPEED, WHEELBASE
+from sim.tasks.rc_car_geometry import MAX_STEER, TOP_SPEED, WHEELBASE
 
 LOOKAHEAD = 0.8  # m
 CRUISE_SPEED = 1.6  # m/s on straights
