@@ -29,7 +29,7 @@ MODES = ("deterministic", "sample")
 class Policy(torch.nn.Module):
     """`{"policy": obs[N, D]} -> actions[N, A]`, deterministic or sampled.
 
-    Attributes: `net` (the actor network), `kind` ("ppo", "sac", "td3" or "scripted"), `mode`, `run` (the run
+    Attributes: `actor` (the actor network), `kind` ("ppo", "sac", "td3" or "scripted"), `mode`, `run` (the run
     config stored with the checkpoint, `{}` for a scripted controller), `policy_config` (the network's config,
     which the real-world learner publishes parameters for), `generator` (the draws of `mode="sample"`).
     """
@@ -41,7 +41,7 @@ class Policy(torch.nn.Module):
         if mode not in MODES:
             raise ConfigError(f"policy mode must be one of {MODES}, got {mode!r}")
         if isinstance(net, torch.nn.Module):
-            self.net = net
+            self.actor = net  # named as in checkpoints: a SAC/TD3 Policy's state_dict is the checkpoint's `actor.*`
         else:
             self.fn = net
         self.kind, self.mode = kind, mode
@@ -58,15 +58,15 @@ class Policy(torch.nn.Module):
             return self.fn(obs["policy"])
         if self.kind == "ppo":
             if self.mode == "deterministic":
-                return self.net.act_deterministic(obs)
-            dist = self.net.distribution(obs)
+                return self.actor.act_deterministic(obs)
+            dist = self.actor.distribution(obs)
             return dist.mean + dist.stddev * self._noise(dist.mean)
         x = obs["policy"]
         if self.kind == "sac":
             if self.mode == "deterministic":
-                return self.net.mode(x)
-            return self.net.sample(x, noise=self._noise(x.new_empty(x.shape[0], self.policy_config["num_actions"])))[0]
-        action = self.net(x)  # td3
+                return self.actor.mode(x)
+            return self.actor.sample(x, noise=self._noise(x.new_empty(x.shape[0], self.policy_config["num_actions"])))[0]
+        action = self.actor(x)  # td3
         if self.mode == "deterministic":
             return action
         return (action + self.exploration_noise * self._noise(action)).clamp(-1.0, 1.0)
@@ -74,10 +74,11 @@ class Policy(torch.nn.Module):
     def load_actor_state(self, state: Mapping[str, torch.Tensor]) -> None:
         """Load actor weights in a checkpoint's key layout (`actor.*` for SAC/TD3, as the real-world learner
         publishes them; the whole `ActorCritic` for PPO); a mismatch is a `CheckpointError`."""
-        if self.kind != "ppo":
-            state = {k[len("actor."):]: v for k, v in state.items() if k.startswith("actor.")}
         try:
-            self.net.load_state_dict(state)
+            if self.kind == "ppo":  # a PPO checkpoint is the whole ActorCritic
+                self.actor.load_state_dict(state)
+            else:
+                self.load_state_dict({k: v for k, v in state.items() if k.startswith("actor.")})
         except RuntimeError as e:
             raise CheckpointError(f"the parameters do not fit this {self.kind} policy: {e}") from e
 
@@ -109,7 +110,7 @@ def policy_kind(policy_config: Mapping[str, Any]) -> str:
 
 def build_policy(policy_config: Mapping[str, Any], mode: Mode = "deterministic", run: Mapping[str, Any] | None = None,
                  seed: int = 0) -> Policy:
-    """A freshly initialised `Policy` for a checkpoint's policy config (weights to be loaded into `.net`)."""
+    """A freshly initialised `Policy` for a checkpoint's policy config (weights to be loaded with `load_actor_state`)."""
     kind = policy_kind(policy_config)
     noise = float(policy_config.get("td3", {}).get("exploration_noise", 0.1))
     return Policy(_actor(kind, policy_config), kind, mode, run, policy_config, exploration_noise=noise, seed=seed)

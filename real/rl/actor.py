@@ -14,6 +14,7 @@ command that went out (normalized), which is the human's during an intervention,
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -21,9 +22,10 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from policies.ensemble import TanhGaussianActor
+from real.deploy import DeployConfig
 from real.recorder import LEARN_MODES
 from robolearn.errors import ConfigError
+from robolearn.policy_io import Policy, build_policy, load_policy
 
 log = logging.getLogger(__name__)
 
@@ -42,35 +44,6 @@ class TickLike(Protocol):
     safety: Any  # SafetyInfo: .intervention
     policy_version: int
     status: dict[str, Any]
-
-
-class SampledPolicy(torch.nn.Module):
-    """The SAC actor as the acting policy, ``{"policy": obs[N, D]} -> actions[N, A]`` in (-1, 1).
-
-    Samples (exploration, as SAC collects data) unless ``deterministic``. Its parameter names (``actor.*``)
-    are those the learner publishes and a SAC checkpoint's deployable policy has.
-    """
-
-    def __init__(self, obs_dim: int, num_actions: int, actor_hidden: Sequence[int] = (256, 256),
-                 activation: str = "relu", actor_layer_norm: bool = False, deterministic: bool = False,
-                 seed: int = 0) -> None:  # fmt: skip
-        super().__init__()
-        self.actor = TanhGaussianActor(obs_dim, num_actions, tuple(actor_hidden), activation, actor_layer_norm)
-        self.deterministic = deterministic
-        self.generator = torch.Generator().manual_seed(seed)
-
-    @classmethod
-    def from_config(cls, policy: Mapping[str, Any], **kwargs: Any) -> SampledPolicy:
-        """From a learner's policy config (``{"obs_dim", "num_actions", "sac": {...}}``, as a SAC checkpoint)."""
-        sac = policy["sac"]
-        return cls(policy["obs_dim"], policy["num_actions"], sac["actor_hidden"], sac["activation"],
-                   sac["actor_layer_norm"], **kwargs)  # fmt: skip
-
-    def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        x = obs["policy"]
-        if self.deterministic:
-            return self.actor.mode(x)
-        return self.actor.sample(x, self.generator if x.device.type == "cpu" else None)[0]
 
 
 class Actor:
@@ -210,38 +183,46 @@ def _import(spec: str) -> Any:
         raise ConfigError(f"cannot import {spec!r} ({e}); use module.path:function") from e
 
 
-def initial_policy(cfg: Mapping[str, Any], client: Any, wait_s: float, seed: int = 0) -> tuple[SampledPolicy, int]:
-    """The acting policy to start with, and its version: the deploy config's SAC ``checkpoint``, else the
-    learner's parameters if they arrive within ``wait_s``, else a fresh SAC actor sized for the robot."""
+def fresh_policy(obs_dim: int, num_actions: int, seed: int = 0) -> Policy:
+    """A new SAC actor (SACConfig's network) that samples: what a robot collects with before the learner publishes."""
+    import dataclasses
+
+    from robolearn.algos.sac import SACConfig
+
+    sac = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(SACConfig()).items()}
+    return build_policy({"obs_dim": obs_dim, "num_actions": num_actions, "sac": sac}, mode="sample", seed=seed)
+
+
+def initial_policy(cfg: Mapping[str, Any], client: Any, wait_s: float, seed: int = 0) -> tuple[Policy, int]:
+    """The acting policy to start with (sampling, as SAC collects), and its version: the deploy config's SAC
+    ``checkpoint``, else the learner's parameters if they arrive within ``wait_s``, else a fresh SAC actor."""
     import time
 
-    from real.deploy import PROCESS_KEYS
+    from real.deploy import PROCESS_KEYS, resolve_rate
     from real.observation import ObservationBuilder
     from real.robots import make_adapter
     from real.runner import RunnerConfig
-    from robolearn import checkpoint
 
     if cfg.get("checkpoint"):
-        config, state = checkpoint.load(cfg["checkpoint"])
-        if "sac" not in config.get("policy", {}):
+        policy = load_policy(cfg["checkpoint"], mode="sample", seed=seed)
+        if policy.kind != "sac":
             raise ConfigError(f"checkpoint {cfg['checkpoint']} is not a SAC policy; the actor collects with SAC")
-        policy = SampledPolicy.from_config(config["policy"], seed=seed)
-        policy.load_state_dict({k: v for k, v in state.items() if k.startswith("actor.")})
         return policy, 0
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         params = client.latest_parameters()
         if params is not None:
-            policy = SampledPolicy.from_config(client.latest_meta["policy"], seed=seed)
-            policy.load_state_dict(params[1])
+            policy = build_policy(client.latest_meta["policy"], mode="sample", seed=seed)
+            policy.load_actor_state(params[1])
             return policy, params[0]
         time.sleep(0.05)
-    runner_cfg = RunnerConfig.from_dict({k: v for k, v in cfg.items() if k not in PROCESS_KEYS})
+    rate = resolve_rate(cfg.get("rate_hz"), str(cfg.get("robot", "")), {}, bool(cfg.get("force_rate")))
+    runner_cfg = RunnerConfig.from_dict({**{k: v for k, v in cfg.items() if k not in PROCESS_KEYS}, "rate_hz": rate})
     adapter = make_adapter(runner_cfg.robot, runner_cfg.adapter, runner_cfg.rate_hz, {})
     builder = ObservationBuilder(runner_cfg.observation, runner_cfg.inputs, adapter.num_actions, adapter.features)
     log.warning("no parameters from the learner within %.0f s: starting from a fresh SAC actor (%d obs, %d actions)",
                 wait_s, len(builder), adapter.num_actions)  # fmt: skip
-    return SampledPolicy(len(builder), adapter.num_actions, seed=seed), 0
+    return fresh_policy(len(builder), adapter.num_actions, seed), 0
 
 
 def run_actor(cfg: Mapping[str, Any], transport: Any, client: Any, reward_fn: RewardFn, batch_size: int = 32,
@@ -264,53 +245,60 @@ def run_actor(cfg: Mapping[str, Any], transport: Any, client: Any, reward_fn: Re
     return actor
 
 
-def cmd_actor(opts: dict[str, str]) -> int:
-    """``robolearn actor learner=<host:port> robot=<robot> [reward=module:function] [checkpoint=<dir>]
-    [record=<bag>] [batch_size=32] [wait_s=10] [seed=0] [transport=...] [duration=s] [hydra overrides of
-    configs/deploy/<robot>.yaml]``; the token from ROBOLEARN_TOKEN or token_file=."""
-    import logging as logging_
+@dataclasses.dataclass
+class ActorConfig(DeployConfig):
+    """`robolearn actor`: a robot acting with the learner's SAC policy and shipping its transitions.
 
-    from real.deploy import PROCESS_KEYS, compose_deploy
-    from real.rl.learner import read_token
+    Every `DeployConfig` option (robot preset, transport, duration, runner overrides) plus the link's."""
+
+    learner: str | None = None      # the learner's host:port (required)
+    token_file: str | None = None   # the shared secret's file; default: the ROBOLEARN_TOKEN environment variable
+    reward: str | None = None       # module:function(prev_tick, tick) -> reward [, end]; default: the robot's
+    record: str | None = None       # a rosbag2 folder to record the run to (inputs and /rl/* per tick)
+    batch_size: int = 32            # transitions per shipped batch
+    wait_s: float = 10.0            # seconds to wait for the learner's first parameters
+    seed: int = 0
+
+
+def read_token(token_file: str | None) -> str:
+    """The link's shared secret: the file ``token_file``, else the ROBOLEARN_TOKEN environment variable."""
+    import os
+    from pathlib import Path
+
+    token = Path(token_file).read_text().strip() if token_file else os.environ.get("ROBOLEARN_TOKEN", "")
+    if not token:
+        raise ConfigError("the link needs a shared secret: set ROBOLEARN_TOKEN or token_file=<file>")
+    return token
+
+
+def cmd_actor(cfg: ActorConfig) -> int:
+    """Act on a robot with the learner's policy until Ctrl-C, SIGTERM or `duration`, shipping transitions."""
+    from real.deploy import open_transport
     from real.rl.link import ActorClient
-    from real.transport import make_transport
 
-    opts = dict(opts)
-    token = read_token(opts)
-    robot = opts.pop("robot", "rc_car")
-    try:
-        address = opts.pop("learner")
-        reward = opts.pop("reward", None)
-        record = opts.pop("record", None)
-        batch_size, wait_s = int(opts.pop("batch_size", "32")), float(opts.pop("wait_s", "10"))
-        seed = int(opts.pop("seed", "0"))
-    except KeyError as e:
-        raise ConfigError("actor needs learner=<host:port> (the robolearn learner's address)") from e
-    except ValueError as e:
-        raise ConfigError(f"bad actor option: {e}") from e
-    if reward is None and robot not in DEFAULT_REWARDS:
-        raise ConfigError(f"robot {robot!r} has no default reward; give reward=module:function(prev_tick, tick)")
-    reward_fn = _import(reward) if reward else DEFAULT_REWARDS[robot]
-    process = {k: opts.pop(k) for k in PROCESS_KEYS if k in opts}
-    if process.get("policy"):
+    token = read_token(cfg.token_file)
+    if not cfg.learner:
+        raise ConfigError("actor needs learner=<host:port> (the robolearn learner's address)")
+    if cfg.reward is None and cfg.robot not in DEFAULT_REWARDS:
+        raise ConfigError(f"robot {cfg.robot!r} has no default reward; give reward=module:function(prev_tick, tick)")
+    reward_fn = _import(cfg.reward) if cfg.reward else DEFAULT_REWARDS[cfg.robot]
+    if cfg.policy:
         raise ConfigError("the actor acts with the learner's SAC policy; start from a checkpoint= instead of policy=")
-    cfg = compose_deploy(robot, [f"{k}={v}" for k, v in opts.items()])
-    cfg.update(process)
-    logging_.basicConfig(level=logging_.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    torch.set_num_threads(int(cfg.get("torch_threads") or 1))
-    duration = None if cfg.get("duration") in (None, "", "null") else float(cfg["duration"])
-    domain_id = None if cfg.get("domain_id") in (None, "", "null") else int(cfg["domain_id"])
-    client = ActorClient(address, token)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    torch.set_num_threads(cfg.torch_threads)
+    runner_cfg = dataclasses.asdict(cfg)
+    client = ActorClient(cfg.learner, token)
     try:
-        with make_transport(str(cfg.get("transport") or "auto"), domain_id) as transport:
+        with open_transport(cfg.transport, cfg.domain_id) as transport:
             recorder = None
-            if record:
+            if cfg.record:
                 from real.recorder import Recorder
 
-                topics = [(spec.topic, spec.msg_type, spec.qos) for spec in _inputs(cfg)]
-                recorder = Recorder(transport, record, topics)
+                topics = [(spec.topic, spec.msg_type, spec.qos) for spec in _inputs(runner_cfg)]
+                recorder = Recorder(transport, cfg.record, topics)
             try:
-                actor = run_actor(cfg, transport, client, reward_fn, batch_size, wait_s, duration, recorder, seed)
+                actor = run_actor(runner_cfg, transport, client, reward_fn, cfg.batch_size, cfg.wait_s, cfg.duration,
+                                  recorder, cfg.seed)
             finally:
                 if recorder is not None:
                     recorder.close()
