@@ -47,7 +47,7 @@ def percentiles(values: list[float] | np.ndarray) -> dict[str, float]:
 
 
 def start_fake_car(domain: int, rate: float, stats_out: Path, env: dict) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "robolearn.cli", "fake-robot", "robot=rc_car", "transport=dds",
+    cmd = [sys.executable, "-m", "robolearn.cli", "fake-robot", "transport=dds",
            f"domain_id={domain}", f"rate_hz={rate:g}", "seed=0", f"stats_out={stats_out}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     lines: queue.Queue[str] = queue.Queue()

@@ -4,7 +4,7 @@ It publishes ``/odom`` (nav_msgs/Odometry) and ``/imu`` (sensor_msgs/Imu) and ob
 (ackermann_msgs/AckermannDriveStamped) on any transport, so the whole loop (runner, safety, recorder, actor)
 runs on one machine, and any ROS 2 node or DDS participant using the ROS 2 mapping can drive and read it.
 
-    robolearn fake-robot robot=rc_car transport=dds rate_hz=50 seed=0
+    robolearn fake-robot transport=dds rate_hz=50 seed=0
 
 Each control period (absolute deadlines) it steps the task (C backend, one env, ``ctrl_dt = 1 / rate_hz``)
 with the latest command held, then publishes the state:
@@ -80,26 +80,15 @@ class FakeCarConfig:
         if self.cmd_timeout <= 0 or self.steering_scale <= 0:
             raise ConfigError("fake robot cmd_timeout and steering_scale must be > 0")
 
-    @classmethod
-    def from_opts(cls, opts: dict[str, str]) -> FakeCarConfig:
-        """From CLI strings, converted by each field's type."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = set(opts) - set(fields)
-        if unknown:
-            raise ConfigError(f"unknown fake-robot options {sorted(unknown)}; valid: {sorted(fields)}")
-        values: dict[str, Any] = {}
-        for key, text in opts.items():
-            kind = fields[key].type
-            try:
-                if kind == "bool":
-                    values[key] = text.lower() in ("1", "true", "yes")
-                elif kind in ("float", "int"):
-                    values[key] = float(text) if kind == "float" else int(text)
-                else:
-                    values[key] = text
-            except ValueError:
-                raise ConfigError(f"fake-robot {key}={text!r} is not a {kind}") from None
-        return cls(**values)
+
+@dataclasses.dataclass
+class FakeRobotConfig(FakeCarConfig):
+    """`robolearn fake-robot`: the process (robot, transport, duration, stats file) and the car's settings."""
+
+    transport: str = "auto"          # auto | dds | rclpy (not memory: other processes must reach it)
+    domain_id: int | None = None     # DDS / ROS domain; null: ROS_DOMAIN_ID or 0
+    duration: float | None = None    # seconds; null: until Ctrl-C / SIGTERM
+    stats_out: str | None = None     # a JSON file for the command-latency statistics at exit
 
 
 class FakeRcCar:
@@ -247,28 +236,15 @@ class FakeRcCar:
         self.env.close()
 
 
-def cmd_fake_robot(opts: dict[str, str]) -> int:
-    """`robolearn fake-robot robot=rc_car [transport=auto|dds|rclpy] [domain_id=N] [duration=s]
-    [stats_out=file.json] [FakeCarConfig fields, e.g. rate_hz=100 seed=1 track=oval]`."""
-    from real.transport import make_transport
+def cmd_fake_robot(cfg: FakeRobotConfig) -> int:
+    """Simulate the robot on a transport other processes reach, until Ctrl-C, SIGTERM or `duration`."""
+    from real.deploy import open_transport
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    opts = dict(opts)
-    robot = opts.pop("robot", "rc_car")
-    if robot != "rc_car":
-        raise ConfigError(f"the fake robot simulates robot=rc_car only, got {robot!r}")
-    kind = opts.pop("transport", "auto")
-    domain_id = int(opts.pop("domain_id")) if opts.get("domain_id") not in (None, "", "null") else None
-    opts.pop("domain_id", None)
-    duration = float(opts.pop("duration")) if "duration" in opts else None
-    stats_out = opts.pop("stats_out", None)
-    config = FakeCarConfig.from_opts(opts)
-    if kind == "memory":
+    if cfg.transport == "memory":
         raise ConfigError("the fake robot needs a transport other processes can reach: dds, rclpy or auto")
-    try:
-        transport = make_transport(kind, domain_id)
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
+    config, duration, stats_out = cfg, cfg.duration, cfg.stats_out
+    transport = open_transport(cfg.transport, cfg.domain_id)
     car: FakeRcCar | None = None
     previous = signal.signal(signal.SIGTERM, lambda *_: car.stop() if car is not None else None)
     with transport:

@@ -10,7 +10,7 @@
 The ROS 2 bridge (`real/`) adds:
 
     robolearn deploy checkpoint=runs/<run>/checkpoints/final robot=rc_car transport=dds
-    robolearn fake-robot robot=rc_car transport=dds
+    robolearn fake-robot transport=dds
     robolearn record out=run.mcap topics=/odom,/imu,/ackermann_cmd
     robolearn bag2dataset bag=run.mcap out=episodes
     robolearn learner run_dir=runs/car algo=serl      robolearn actor learner=host:50051 robot=rc_car
@@ -74,6 +74,7 @@ def _load(name: str, target: str) -> Any:
 def run(name: str, overrides: list[str]) -> int:
     """Compose `configs/<name>.yaml` with `overrides` and run the command."""
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     from robolearn.config import compose
 
@@ -82,7 +83,12 @@ def run(name: str, overrides: list[str]) -> int:
         func(overrides)
         return 0
     cfg = compose(name.replace("-", "_"), overrides, schema)
-    return int(func(OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), cfg))) or 0)
+    try:
+        options = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), cfg))
+    except OmegaConfBaseException as e:  # the schema's own checks (__post_init__) failed
+        cause = e.__cause__ if isinstance(e.__cause__, RobolearnError) else None
+        raise (cause or ConfigError(f"bad {name} option: {e}")) from e
+    return int(func(options) or 0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -65,7 +65,8 @@ class Policy(torch.nn.Module):
         if self.kind == "sac":
             if self.mode == "deterministic":
                 return self.actor.mode(x)
-            return self.actor.sample(x, noise=self._noise(x.new_empty(x.shape[0], self.policy_config["num_actions"])))[0]
+            noise = self._noise(x.new_empty(x.shape[0], self.policy_config["num_actions"]))
+            return self.actor.sample(x, noise=noise)[0]
         action = self.actor(x)  # td3
         if self.mode == "deterministic":
             return action
@@ -110,7 +111,7 @@ def policy_kind(policy_config: Mapping[str, Any]) -> str:
 
 def build_policy(policy_config: Mapping[str, Any], mode: Mode = "deterministic", run: Mapping[str, Any] | None = None,
                  seed: int = 0) -> Policy:
-    """A freshly initialised `Policy` for a checkpoint's policy config (weights to be loaded with `load_actor_state`)."""
+    """A freshly initialised `Policy` for a checkpoint's policy config (load weights with `load_actor_state`)."""
     kind = policy_kind(policy_config)
     noise = float(policy_config.get("td3", {}).get("exploration_noise", 0.1))
     return Policy(_actor(kind, policy_config), kind, mode, run, policy_config, exploration_noise=noise, seed=seed)

@@ -14,9 +14,10 @@ from test_real_runner import rc_config
 
 from real import msgs
 from real.deploy import build_runner, load_deploy_policy
-from real.fake_robot import FakeCarConfig, FakeRcCar, cmd_fake_robot
+from real.fake_robot import FakeCarConfig, FakeRcCar
 from real.transport import SENSOR_DATA, QoS
 from real.transport.memory import FakeClock, MemoryBus, MemoryTransport
+from robolearn.cli import run
 from robolearn.errors import ConfigError
 
 RATE = 20.0  # the task's own control rate: the runner sees exactly the task's observation
@@ -98,18 +99,24 @@ def check_the_runner_drives_it(clock: FakeClock, bus: MemoryBus, car: FakeRcCar)
     runner.close()
 
 
-def test_config_and_cli_errors():
+def test_config_and_cli_errors(monkeypatch):
     with pytest.raises(ConfigError, match="multiple of"):
         FakeCarConfig(rate_hz=30)
     with pytest.raises(ConfigError, match="throttle"):
         FakeCarConfig(throttle="pwm")
-    cfg = FakeCarConfig.from_opts({"rate_hz": "100", "seed": "2", "random_start": "false", "odom_topic": "/o"})
-    assert (cfg.rate_hz, cfg.seed, cfg.random_start, cfg.odom_topic) == (100.0, 2, False, "/o")
-    with pytest.raises(ConfigError, match="unknown fake-robot options"):
-        FakeCarConfig.from_opts({"wheels": "4"})
-    with pytest.raises(ConfigError, match="is not a int"):
-        FakeCarConfig.from_opts({"seed": "x"})
-    with pytest.raises(ConfigError, match="robot=rc_car only"):
-        cmd_fake_robot({"robot": "arm"})
+    seen = []
+    monkeypatch.setattr("real.deploy.open_transport", lambda *a: seen.append(a) or (_ for _ in ()).throw(
+        SystemExit))  # stop once the options are parsed and checked
+    with pytest.raises(SystemExit):
+        run("fake-robot", ["rate_hz=100", "seed=2", "random_start=false", "odom_topic=/o", "domain_id=3"])
+    assert seen == [("auto", 3)]
+    with pytest.raises(ConfigError, match="wheels"):
+        run("fake-robot", ["wheels=4"])
+    with pytest.raises(ConfigError, match="seed"):
+        run("fake-robot", ["seed=x"])
+    with pytest.raises(ConfigError, match="multiple of"):
+        run("fake-robot", ["rate_hz=30"])
+    with pytest.raises(ConfigError, match="robot"):  # the car is the only fake robot
+        run("fake-robot", ["robot=arm"])
     with pytest.raises(ConfigError, match="other processes can reach"):
-        cmd_fake_robot({"transport": "memory"})
+        run("fake-robot", ["transport=memory"])
