@@ -165,7 +165,8 @@ def _first_lines(e: Exception) -> str:
 
     text = str(e) if not e.__cause__ else f"{e} ({e.__cause__})"
     text = re.sub(r"To append to your config use \S+ ", "", text)  # a schema has no room for new keys
-    return " ".join(line.strip() for line in text.splitlines() if line.strip() and "HYDRA_FULL_ERROR" not in line
+    lines = [line.strip() for line in text.splitlines()]
+    return " ".join(line for line in lines if line and "HYDRA_FULL_ERROR" not in line
                     and not line.startswith(("Config search path", "provider=")))
 
 

@@ -36,7 +36,8 @@ def resolve_run(cfg: dict[str, Any]) -> dict[str, Any]:
 def train(overrides: list[str]) -> Path:
     """Train as configured by `key=value` overrides of configs/train.yaml; returns the run directory."""
     cfg = compose("train", overrides)
-    if cfg["resume"]:
+    resuming = bool(cfg["resume"])
+    if resuming:
         run_dir = Path(cfg["resume"])
         saved = run_dir / "config.yaml"
         if not saved.is_file():
@@ -59,7 +60,7 @@ def train(overrides: list[str]) -> Path:
     cfg["env"]["policy_dt"] = float(env.task.cfg.ctrl_dt * env.task.cfg.action_repeat)  # the policy acts this often
     (run_dir / "config.yaml").write_text(json.dumps(cfg, indent=2))  # JSON is valid YAML: readable by both
     runner = make_runner(env, cfg, run_dir, seed)
-    if cfg["resume"]:
+    if resuming:
         runner.restore(run_dir / "checkpoints" / "latest")
     try:
         runner.learn(int(cfg["iterations"]), checkpoint_interval=int(cfg["checkpoint_interval"]))

@@ -9,8 +9,11 @@ import torch
 
 import sim
 from robolearn.algos.sac import SAC, SACConfig
+from robolearn.config import algo_config, compose
+from robolearn.evaluate import evaluate
+from robolearn.policy_io import load_policy
 from robolearn.runners.off_policy import OffPolicyRunner
-from robolearn.train import _off_policy_config, compose, evaluate, load_policy, train
+from robolearn.train import train
 
 TIMING = {"env_steps_per_s", "updates_per_s", "wall_s"}
 
@@ -88,9 +91,9 @@ def test_presets_resolve_to_their_recipes():
         "wsrl": dict(subset_replace=True, actor_q="min", actor_layer_norm=True, backup_entropy=False,
                      target_entropy_scale=1.0, utd_ratio=4.0, offline_ratio=0.0, random_warmup=False),
     }
-    assert _off_policy_config(compose(["algo=rlpd", "algo.compile=true"])["algo"]).compile
+    assert algo_config(compose("train", ["algo=rlpd", "algo.compile=true"])["algo"])[0].compile
     for recipe, fields in want.items():
-        algo = compose([f"algo={recipe}"])["algo"]
+        algo = compose("train", [f"algo={recipe}"])["algo"]
         assert algo["recipe"] == recipe and algo["name"] == "sac"
         for k, v in fields.items():
             assert algo[k] == v, (recipe, k)
@@ -100,22 +103,22 @@ def test_actor_updates_once_per_transition_whatever_the_utd():
     """RLPD/REDQ/SERL/WSRL update the actor once per env transition: overriding utd_ratio keeps that."""
     for recipe in ("rlpd", "redq", "serl", "wsrl"):
         for utd in (1, 4, 20):
-            algo = compose([f"algo={recipe}", f"algo.utd_ratio={utd}"])["algo"]
-            learner = SAC(3, 3, 1, _off_policy_config(algo))
+            algo = compose("train", [f"algo={recipe}", f"algo.utd_ratio={utd}"])["algo"]
+            learner = SAC(3, 3, 1, algo_config(algo)[0])
             assert learner.actor_period == utd, (recipe, utd)
     assert SAC(3, 3, 1, SACConfig(utd_ratio=4.0, actor_every=2)).actor_period == 2
 
 
 def test_cli_train_sac_then_eval(tmp_path):
     run = train(["env=pendulum-swingup", "algo=sac", f"run_dir={tmp_path / 'run'}", "progress=false", "video=false",
-                 "algo.env_steps=400", "algo.learning_starts=200", "algo.batch_size=32", "algo.num_envs=2",
+                 "algo.env_steps=400", "algo.learning_starts=200", "algo.batch_size=32", "env.num_envs=2",
                  "algo.actor_hidden=[16]", "algo.critic_hidden=[16]", "algo.steps_per_iteration=50",
                  "+env.overrides.episode_length=50"])
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["env_steps"] == 400 and rows[-1]["updates"] == 200
     assert {"updates", "updates_per_s", "critic_loss", "alpha"} <= set(rows[-1])
-    policy, cfg = load_policy(run / "checkpoints" / "final")
-    assert cfg["algo"]["recipe"] == "sac"
+    policy = load_policy(run / "checkpoints" / "final")
+    assert policy.run["algo"]["recipe"] == "sac" and policy.kind == "sac"
     assert policy({"policy": torch.zeros(3, 3)}).shape == (3, 1)
     assert isinstance(evaluate(run / "checkpoints" / "final", episodes=2), float)
     with pytest.raises(Exception, match="num_min_critics"):
@@ -124,13 +127,15 @@ def test_cli_train_sac_then_eval(tmp_path):
 
 def test_td3_trains_from_the_cli(tmp_path):
     run = train(["env=pendulum-swingup", "algo=td3", f"run_dir={tmp_path / 'run'}", "progress=false", "video=false",
-                 "algo.env_steps=300", "algo.learning_starts=100", "algo.batch_size=32", "algo.num_envs=2",
+                 "algo.env_steps=300", "algo.learning_starts=100", "algo.batch_size=32", "env.num_envs=2",
                  "algo.actor_hidden=[16]", "algo.critic_hidden=[16]", "algo.steps_per_iteration=50",
                  "+env.overrides.episode_length=50"])
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["updates"] == 200 and "actor_loss" in rows[-1]
-    policy, _ = load_policy(run / "checkpoints" / "final")
-    assert policy({"policy": torch.zeros(3, 3)}).abs().max() <= 1.0
+    policy = load_policy(run / "checkpoints" / "final")
+    assert policy.kind == "td3" and policy({"policy": torch.zeros(3, 3)}).abs().max() <= 1.0
+    sampled = load_policy(run / "checkpoints" / "final", mode="sample")
+    assert not torch.equal(sampled({"policy": torch.zeros(3, 3)}), policy({"policy": torch.zeros(3, 3)}))
 
 
 def test_offline_data_from_an_episode_folder(tmp_path, capsys):
@@ -145,7 +150,7 @@ def test_offline_data_from_an_episode_folder(tmp_path, capsys):
                         truncations=np.eye(50, dtype=bool)[-1]) for _ in range(2)]
     save_episodes(tmp_path / "data", episodes)
     common = ["env=pendulum-swingup", "progress=false", "video=false", "algo.env_steps=200",
-              "algo.learning_starts=100", "algo.batch_size=32", "algo.num_envs=2", "algo.actor_hidden=[16]",
+              "algo.learning_starts=100", "algo.batch_size=32", "env.num_envs=2", "algo.actor_hidden=[16]",
               "algo.critic_hidden=[16]", "algo.num_critics=3", "algo.steps_per_iteration=50", "algo.utd_ratio=1",
               "+env.overrides.episode_length=50"]
     run = train(["algo=rlpd", f"run_dir={tmp_path / 'run'}", f"algo.offline_data={tmp_path / 'data'}", *common])
