@@ -257,40 +257,34 @@ def _episode(segment: list[int], code: int, ticks: np.ndarray, observations: np.
     )  # fmt: skip
 
 
-def _flag(value: str, name: str) -> bool:
-    if value.lower() in ("1", "true", "yes", "auto"):
-        return True
-    if value.lower() in ("0", "false", "no"):
-        return False
-    raise ConfigError(f"{name} must be true or false, got {value!r}")
+@dataclasses.dataclass
+class Bag2DatasetConfig:
+    """`robolearn bag2dataset`: a recorded bag's control ticks as a robolearn episode folder."""
+
+    bag: str | None = None          # the rosbag2 folder (required)
+    out: str | None = None          # the episode folder to write (required)
+    obs: str = ""                   # /topic[:field],...: observations from recorded topics instead of /rl/obs
+    max_age: float | None = None    # seconds: older inputs make a tick unusable (null: no limit)
+    repair: bool = True             # repair a bag whose recorder did not close it
+    modes: str = ",".join(LEARN_MODES)  # tick modes that are training steps
 
 
-def cmd_bag2dataset(opts: dict[str, str]) -> int:
-    """``robolearn bag2dataset bag=<bag> out=<folder> [obs=/topic[:field],...] [max_age=s] [repair=true]
-    [modes=policy,teleop]``."""
+def cmd_bag2dataset(cfg: Bag2DatasetConfig) -> int:
+    """Convert `bag` to an episode folder `out` (repairing an unclosed bag first unless repair=false)."""
     from real.bagfile import mcap_complete, repair_bag
 
-    opts = dict(opts)
-    try:
-        bag, out = Path(opts.pop("bag")), Path(opts.pop("out"))
-    except KeyError as e:
-        raise ConfigError("bag2dataset needs bag=<bag folder> and out=<dataset folder>") from e
-    specs = [ObsSpec.parse(s) for s in opts.pop("obs", "").split(",") if s.strip()]
-    try:
-        max_age = float(opts.pop("max_age")) if "max_age" in opts else None
-    except ValueError as e:
-        raise ConfigError(f"max_age must be seconds: {e}") from e
-    repair = _flag(opts.pop("repair", "true"), "repair")
-    modes = [m.strip() for m in opts.pop("modes", ",".join(LEARN_MODES)).split(",") if m.strip()]
-    if opts:
-        raise ConfigError(f"unknown bag2dataset options {sorted(opts)}; valid: bag, out, obs, max_age, repair, modes")
+    if not cfg.bag or not cfg.out:
+        raise ConfigError("bag2dataset needs bag=<bag folder> and out=<dataset folder>")
+    bag, out = Path(cfg.bag), Path(cfg.out)
+    specs = [ObsSpec.parse(s) for s in cfg.obs.split(",") if s.strip()]
+    modes = [m.strip() for m in cfg.modes.split(",") if m.strip()]
     if not bag.is_dir():
         raise ConfigError(f"bag={bag} is not a rosbag2 folder")
     broken = not (bag / "metadata.yaml").is_file() or not all(mcap_complete(f) for f in bag.glob("*.mcap"))
-    if broken and repair:
+    if broken and cfg.repair:
         for name, count in repair_bag(bag).items():
             print(f"repaired {name} (recorder did not close it): {count} messages recovered")
-    episodes = bag_to_episodes(bag, specs, max_age, modes)
+    episodes = bag_to_episodes(bag, specs, cfg.max_age, modes)
     if not episodes:
         raise DatasetError(f"{bag} holds no episode of 2 or more usable ticks")
     save_episodes(out, episodes, {"source": str(bag), "observation_inputs": episodes[0].metadata["observation_inputs"]})

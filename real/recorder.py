@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import logging
 import queue
 import signal
@@ -394,46 +395,40 @@ def _stop_on_signals() -> Iterator[threading.Event]:
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
-def cmd_record(opts: dict[str, str]) -> int:
-    """``robolearn record out=<bag> topics=/a,/b:pkg/msg/T[@qos] [transport=auto|dds|rclpy] [duration=s]
-    [max_bytes=N] [max_duration=s] [compression=none|lz4|zstd] [flush=s]``: record until Ctrl-C or duration."""
-    from real.transport import make_transport
+@dataclasses.dataclass
+class RecordConfig:
+    """`robolearn record`: topics to a rosbag2 (MCAP) folder until Ctrl-C, SIGTERM or `duration`."""
 
-    opts = dict(opts)
-    try:
-        out, topics = opts.pop("out"), parse_topics(opts.pop("topics", ""))
-        kind = opts.pop("transport", "auto")
-        duration = float(opts.pop("duration", "0")) or None
-        max_bytes = int(float(opts.pop("max_bytes", "0"))) or None
-        max_duration = float(opts.pop("max_duration", "0")) or None
-        compression, flush = opts.pop("compression", "none"), float(opts.pop("flush", "1.0"))
-    except KeyError as e:
-        raise ConfigError("record needs out=<bag folder> and topics=/a,/b,...") from e
-    except ValueError as e:
-        raise ConfigError(f"bad record option: {e}") from e
-    if opts:
-        raise ConfigError(f"unknown record options {sorted(opts)}; valid: out, topics, transport, duration, "
-                          "max_bytes, max_duration, compression, flush")
-    if Path(out).exists():
-        raise ConfigError(f"out={out} exists already; recordings never overwrite")
-    with _stop_on_signals() as stop, make_transport(kind) as transport:
+    out: str | None = None          # the bag folder to create (required; recordings never overwrite)
+    topics: str = ""                # /a,/b:pkg/msg/T[@qos]: types and QoS are discovered when not given
+    transport: str = "auto"         # auto | dds | rclpy | memory
+    domain_id: int | None = None    # DDS / ROS domain; null: ROS_DOMAIN_ID or 0
+    duration: float | None = None   # seconds; null: until Ctrl-C / SIGTERM
+    max_bytes: int | None = None    # split into a new file past this size
+    max_duration: float | None = None  # ... or past this many seconds
+    compression: str = "none"       # none | lz4 | zstd
+    flush: float = 1.0              # seconds between flushes: what a killed recorder can lose
+
+
+def cmd_record(cfg: RecordConfig) -> int:
+    """Record `topics` to `out` until Ctrl-C, SIGTERM or `duration`."""
+    from real.deploy import open_transport
+
+    if not cfg.out or not cfg.topics:
+        raise ConfigError("record needs out=<bag folder> and topics=/a,/b,...")
+    topics = parse_topics(cfg.topics)
+    if Path(cfg.out).exists():
+        raise ConfigError(f"out={cfg.out} exists already; recordings never overwrite")
+    with _stop_on_signals() as stop, open_transport(cfg.transport, cfg.domain_id) as transport:
         unknown = [t for t, ty, _ in topics if ty is None]
         found = discover_topics(transport, unknown) if unknown else {}
         specs = [(t, ty or found[t][0], q or (found[t][1] if t in found else None)) for t, ty, q in topics]
-        with Recorder(transport, out, specs, flush_interval=flush, max_bytes=max_bytes, max_duration=max_duration,
-                      compression=compression) as recorder:  # fmt: skip
-            print(f"recording {', '.join(t for t, _, _ in specs)} to {out} (Ctrl-C stops)")
-            end = None if duration is None else time.monotonic() + duration
+        with Recorder(transport, cfg.out, specs, flush_interval=cfg.flush, max_bytes=cfg.max_bytes,
+                      max_duration=cfg.max_duration, compression=cfg.compression) as recorder:
+            print(f"recording {', '.join(t for t, _, _ in specs)} to {cfg.out} (Ctrl-C stops)")
+            end = None if cfg.duration is None else time.monotonic() + cfg.duration
             while not stop.wait(0.2) and (end is None or time.monotonic() < end):
                 pass
-    print(f"wrote {recorder.message_count} messages to {out}" + (f" ({recorder.dropped} dropped)"
-                                                                    if recorder.dropped else ""))  # fmt: skip
+    print(f"wrote {recorder.message_count} messages to {cfg.out}" + (f" ({recorder.dropped} dropped)"
+                                                                        if recorder.dropped else ""))  # fmt: skip
     return 0
-
-
-def cmd_bag2dataset(opts: dict[str, str]) -> int:
-    """``robolearn bag2dataset bag=<bag> out=<folder> [obs=/topic[:field],...] [max_age=s] [repair=true]
-    [modes=policy,teleop]``."""
-    from real.bag2dataset import cmd_bag2dataset as run
-
-    return run(opts)

@@ -24,14 +24,25 @@ import real.recorder
 from real import msgs
 from real.bag2dataset import ObsSpec, bag_to_episodes
 from real.bagfile import LOCK_FILE, BagError, BagWriter, mcap_complete, recording_pid, repair_bag
-from real.recorder import SAFETY_BITS, Recorder, cmd_bag2dataset, cmd_record, parse_topics, safety_flags
+from real.recorder import SAFETY_BITS, Recorder, parse_topics, safety_flags
 from real.safety import SafetyInfo
 from real.transport import SENSOR_DATA
 from real.transport.memory import FakeClock, MemoryBus, MemoryTransport
+from robolearn.cli import run
 from robolearn.data.episodes import Episode, load_episodes, save_episodes, to_replay_buffer, to_transitions
 from robolearn.errors import ConfigError, DatasetError
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def cmd_record(opts: dict[str, str]) -> int:
+    """`robolearn record key=value ...` as the CLI runs it."""
+    return run("record", [f"{k}={v}" for k, v in opts.items()])
+
+
+def cmd_bag2dataset(opts: dict[str, str]) -> int:
+    """`robolearn bag2dataset key=value ...` as the CLI runs it."""
+    return run("bag2dataset", [f"{k}={v}" for k, v in opts.items()])
 
 
 def mcap_messages(bag: Path) -> tuple[dict, dict[str, list[tuple[int, bytes]]]]:
@@ -340,7 +351,7 @@ def test_bag_to_episodes_at_the_control_ticks(tmp_path):
     buffer = to_replay_buffer(loaded, action_key="raw_actions")
     assert len(buffer) == 33 and buffer.num_actions == 2
     batch = buffer.sample(64)
-    assert set(batch) == {"obs", "actions", "rewards", "next_obs", "discount"}
+    assert set(batch) == {"obs", "actions", "rewards", "next_obs", "discount", "steps"}
     assert np.allclose(batch["actions"][:, 1].numpy(), 0.5)
 
 
@@ -409,7 +420,7 @@ def test_cli(tmp_path, capsys, monkeypatch):
         assert [c.topic for c in reader.connections] == []  # nothing was published
     with pytest.raises(ConfigError, match="exists already"):
         cmd_record({"out": str(tmp_path / "r"), "topics": "/a:std_msgs/msg/Bool", "transport": "memory"})
-    with pytest.raises(ConfigError, match="unknown bag2dataset options"):
+    with pytest.raises(ConfigError, match="fps"):
         cmd_bag2dataset({"bag": str(tmp_path / "r"), "out": str(tmp_path / "o"), "fps": "10"})
 
 
