@@ -26,17 +26,17 @@ import sim  # noqa: E402
 from benchmarks.sac_vs_peers import evaluate, overrides  # noqa: E402
 from benchmarks.sim_throughput import write_result  # noqa: E402
 from robolearn.algos.sac import SAC  # noqa: E402
+from robolearn.config import algo_config, compose  # noqa: E402
 from robolearn.runners.off_policy import OffPolicyRunner  # noqa: E402
-from robolearn.train import _off_policy_config, compose  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
 
 def config(recipe: str, args: argparse.Namespace, utd: float):
-    algo = compose([f"algo={recipe}"])["algo"]
+    algo = compose("train", [f"algo={recipe}"])["algo"]
     algo.update(actor_hidden=list(args.hidden), critic_hidden=list(args.hidden), batch_size=args.batch_size,
                 utd_ratio=utd, learning_starts=args.learning_starts, offline_ratio=0.0)
-    return _off_policy_config(algo)
+    return algo_config(algo)[0]
 
 
 def run(recipe: str, args: argparse.Namespace, utd: float, seed: int) -> dict[str, Any]:

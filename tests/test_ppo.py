@@ -11,12 +11,14 @@ import torch
 import sim
 from policies.actor_critic import ActorCritic
 from robolearn import checkpoint
+from robolearn import train as training
 from robolearn.algos.ppo import PPO, PPOConfig
 from robolearn.errors import CheckpointError, ConfigError
 from robolearn.evaluate import evaluate
 from robolearn.policy_io import load_policy
 from robolearn.runners.on_policy import OnPolicyRunner
-from robolearn.train import train
+
+train = training.train  # the `robolearn train` entry point
 
 TIMING = {"env_steps_per_s", "collection_steps_per_s", "wall_s"}
 

@@ -8,12 +8,14 @@ import pytest
 import torch
 
 import sim
+from robolearn import train as training
 from robolearn.algos.sac import SAC, SACConfig
 from robolearn.config import algo_config, compose
 from robolearn.evaluate import evaluate
 from robolearn.policy_io import load_policy
 from robolearn.runners.off_policy import OffPolicyRunner
-from robolearn.train import train
+
+train = training.train  # the `robolearn train` entry point
 
 TIMING = {"env_steps_per_s", "updates_per_s", "wall_s"}
 
