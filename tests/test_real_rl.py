@@ -22,14 +22,28 @@ import pytest
 import torch
 from conftest import wait_until
 
-from real.rl.actor import Actor, SampledPolicy, cmd_actor
+from real.rl.actor import Actor
 from real.rl.codec import CHUNK, PayloadError, Reassembler, check_transitions, decode, encode, frames
 from real.rl.learner import Learner, cmd_learner, sac_config
 from real.rl.link import TOKEN_HEADER, ActorClient, LearnerServer
 from robolearn.algos.sac import SACConfig
+from robolearn.cli import run
 from robolearn.errors import ConfigError
+from robolearn.policy_io import build_policy
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def sac_policy(obs_dim: int, num_actions: int, hidden: tuple[int, ...]):
+    """A sampling SAC actor as the real-world actor acts with (`robolearn.policy_io`)."""
+    sac = {"actor_hidden": list(hidden), "activation": "relu", "actor_layer_norm": False}
+    return build_policy({"obs_dim": obs_dim, "num_actions": num_actions, "sac": sac}, mode="sample")
+
+
+def cmd_actor(args: list[str]) -> int:
+    """`robolearn actor ...` as the CLI runs it, with the shared secret in the environment."""
+    os.environ["ROBOLEARN_TOKEN"] = "t"
+    return run("actor", args)
 
 
 def free_port() -> int:
@@ -233,7 +247,7 @@ def test_learner_updates_publishes_and_resumes(tmp_path, server, client):
     assert wait_until(lambda: learner.step() is not None and learner.updates == 20, 20)  # UTD 1 after 40
     assert wait_until(lambda: actor.stats["parameters"] >= 1)
     version, state = actor.latest_parameters()
-    policy = SampledPolicy.from_config(actor.latest_meta["policy"])
+    policy = build_policy(actor.latest_meta["policy"], mode="sample")
     policy.load_state_dict(state)  # the published names and shapes fit the acting policy (strict)
     learner.save()
     saved_version = srv.version
@@ -366,7 +380,7 @@ def test_learner_killed_and_restarted_while_actor_keeps_its_rate(tmp_path):
     port, run_dir, log = free_port(), tmp_path / "learner", tmp_path / "learner.log"
     learner = start_learner(run_dir, port, log)
     client = ActorClient(f"127.0.0.1:{port}", "kill-test", backoff=(0.05, 0.5))
-    env, policy = PointMass(), SampledPolicy(2, 1, (32, 32))
+    env, policy = PointMass(), sac_policy(2, 1, (32, 32))
     versions: list[tuple[float, int]] = []
 
     def swap(version, state):
@@ -438,7 +452,7 @@ def test_actor_on_the_policy_runner_ships_what_the_recorder_records(tmp_path, se
     from robolearn.data.episodes import to_transitions
 
     srv = server()
-    policy = SampledPolicy(10, 2, (32, 32))
+    policy = sac_policy(10, 2, (32, 32))
     meta = {"policy": {"obs_dim": 10, "num_actions": 2,
                        "sac": {"actor_hidden": [32, 32], "activation": "relu", "actor_layer_norm": False}}}
     srv.publish_parameters({k: v for k, v in policy.state_dict().items()}, meta)
@@ -485,8 +499,8 @@ def test_actor_on_the_policy_runner_ships_what_the_recorder_records(tmp_path, se
         assert np.array_equal(flat[key], got[key]), key
 
     with pytest.raises(ConfigError, match="needs learner"):
-        cmd_actor({"token": "t", "robot": "rc_car"})
+        cmd_actor(["robot=rc_car"])
     with pytest.raises(ConfigError, match="no default reward"):
-        cmd_actor({"token": "t", "learner": srv.address, "robot": "arm"})
+        cmd_actor([f"learner={srv.address}", "robot=arm"])
     with pytest.raises(ConfigError, match="cannot import"):
-        cmd_actor({"token": "t", "learner": srv.address, "reward": "nowhere:nothing"})
+        cmd_actor([f"learner={srv.address}", "reward=nowhere:nothing"])
