@@ -1,5 +1,7 @@
 """What every runner shares: episode statistics, metrics.jsonl + TensorBoard, the progress bar and the
-environment/RNG part of the training state that makes a resumed run reproduce an uninterrupted one."""
+environment/RNG part of the training state that makes a resumed run reproduce an uninterrupted one.
+
+`rng_state` / `restore_rng` are the RNG part alone, for learners without a simulator (the real-world learner)."""
 
 from __future__ import annotations
 
@@ -74,32 +76,52 @@ class RunnerBase:
     # --- training state --------------------------------------------------------------------------
     def _common_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """Env state, RNGs, episode bookkeeping and counters, for `checkpoint.save`'s trainer state."""
+        tensors, meta = self._env_state()
+        rng_tensors, rng_meta = rng_state(self.generator)
+        tensors.update(rng_tensors)
+        meta.update(rng_meta)
+        return tensors, meta
+
+    def _restore_common(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        self._restore_env(tensors, meta)
+        restore_rng(self.generator, tensors, meta)
+
+    def _env_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """The simulation's part of the trainer state: env state, episode bookkeeping and counters (no RNGs)."""
         tensors = {f"env.{k}": torch.from_numpy(np.array(v)) for k, v in self.env.state_dict().items()}
         tensors.update({
-            "rng.torch": torch.get_rng_state(), "rng.generator": self.generator.get_state(),
             "episodes.return": self.ep_return.cpu(), "episodes.length": self.ep_length.cpu(),
             "episodes.finished_returns": torch.tensor(list(self.finished_returns), dtype=torch.float64),
             "episodes.finished_lengths": torch.tensor(list(self.finished_lengths), dtype=torch.float64),
         })
-        meta = {"iteration": self.iteration, "env_steps": self.env_steps, "wall_s": self.wall_s,
-                "generator_device": self.generator.device.type}
+        meta = {"iteration": self.iteration, "env_steps": self.env_steps, "wall_s": self.wall_s}
         return tensors, meta
 
-    def _restore_common(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    def _restore_env(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         self.env.load_state_dict({k[4:]: v.numpy() for k, v in tensors.items() if k.startswith("env.")})
-        torch.set_rng_state(tensors["rng.torch"])
-        saved_on = meta.get("generator_device", "cpu")
-        if saved_on == self.generator.device.type:
-            self.generator.set_state(tensors["rng.generator"])
-        else:  # a CPU generator's state does not fit a CUDA generator (or the reverse): the stream restarts
-            warnings.warn(f"the checkpoint's random generator was on {saved_on}, this run's is on "
-                          f"{self.generator.device.type}: it keeps its seed instead, so the resumed run's random "
-                          "draws differ from an uninterrupted one", stacklevel=2)
         self.ep_return = tensors["episodes.return"].to(self.device)
         self.ep_length = tensors["episodes.length"].to(self.device)
         self.finished_returns = deque(tensors["episodes.finished_returns"].tolist(), maxlen=RETURN_WINDOW)
         self.finished_lengths = deque(tensors["episodes.finished_lengths"].tolist(), maxlen=RETURN_WINDOW)
         self.iteration, self.env_steps, self.wall_s = meta["iteration"], meta["env_steps"], meta["wall_s"]
+
+
+def rng_state(generator: torch.Generator) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The global torch RNG and `generator` as trainer-state tensors (and the generator's device as metadata)."""
+    return ({"rng.torch": torch.get_rng_state(), "rng.generator": generator.get_state()},
+            {"generator_device": generator.device.type})
+
+
+def restore_rng(generator: torch.Generator, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    """Continue the random streams saved by `rng_state`, so a resumed run draws what an uninterrupted one would."""
+    torch.set_rng_state(tensors["rng.torch"])
+    saved_on = meta.get("generator_device", "cpu")
+    if saved_on == generator.device.type:
+        generator.set_state(tensors["rng.generator"])
+    else:  # a CPU generator's state does not fit a CUDA generator (or the reverse): the stream restarts
+        warnings.warn(f"the checkpoint's random generator was on {saved_on}, this run's is on "
+                      f"{generator.device.type}: it keeps its seed instead, so the resumed run's random "
+                      "draws differ from an uninterrupted one", stacklevel=3)
 
 
 class ProgressBar:

@@ -1,21 +1,23 @@
-"""The off-policy runner: many envs feed a replay buffer, the learner updates at a set update-to-data ratio.
+"""Off-policy training: a replay buffer fed by envs or robots, critic updates at a set update-to-data ratio.
 
-Each iteration steps the VecEnv `steps_per_iteration` times. Every transition goes into the replay
-buffer with its true next observation (`extras["final_obs"]`, so time-outs bootstrap and
-terminations do not). After `learning_starts` transitions the learner owes `utd_ratio` critic
-updates per transition collected (fractions carry over), each on a minibatch that mixes the
-offline buffer, if any, at `offline_ratio`.
+`OffPolicyLearner` is the learner half, shared by the sim runner below and the real-world learner
+(`real.rl.learner`, fed by robots over the actor/learner link): after `learning_starts` transitions it owes
+`utd_ratio` critic updates per transition collected (fractions carry over), each on a minibatch that mixes
+the offline buffer, if any, at `offline_ratio` (`sample_mixed`); and it checkpoints networks, optimizers,
+the replay buffer, the update counters and the RNGs, so a resumed learner continues with the data it had.
 
-Outputs match the on-policy runner (`metrics.jsonl`, TensorBoard, checkpoints, plots); rows also
-carry `updates` (critic updates so far) and `updates_per_s`. Checkpoints hold the replay buffer,
-so a resumed run continues with the data it had.
+`OffPolicyRunner` adds collection from a VecEnv: each iteration steps it `steps_per_iteration` times, and
+every transition goes into the replay buffer with its true next observation (`extras["final_obs"]`, so
+time-outs bootstrap and terminations do not). Outputs match the on-policy runner (`metrics.jsonl`,
+TensorBoard, checkpoints, plots); rows also carry `updates` (critic updates so far) and `updates_per_s`.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -23,25 +25,147 @@ from robolearn import checkpoint
 from robolearn.algos.sac import SAC
 from robolearn.buffers import ReplayBuffer, sample_mixed
 from robolearn.errors import CheckpointError
-from robolearn.runners.base import RunnerBase, progress_bar
+from robolearn.runners.base import RunnerBase, progress_bar, restore_rng, rng_state
+
+
+class Replay(Protocol):
+    """What the learner needs of its online buffer: a `ReplayBuffer`, or several behind one `sample`."""
+
+    def __len__(self) -> int: ...
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, Any]: ...
+
+    def state_dict(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]: ...
+
+    def load_state_dict(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None: ...
+
+
+class Means:
+    """Running means of logged values: floats, or 0-d tensors summed on their device (synced once, in `means`)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, Any] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, values: Mapping[str, Any]) -> None:
+        for k, v in values.items():
+            self.sums[k] = self.sums.get(k, 0.0) + v
+            self.counts[k] = self.counts.get(k, 0) + 1
+
+    def means(self) -> dict[str, float]:
+        return {k: float(v / self.counts[k]) for k, v in self.sums.items()}
+
+
+class OffPolicyLearner:
+    """The update schedule and training state of off-policy learning; whoever collects calls `collected`.
+
+    Args:
+        algo: SAC or TD3 (`update_critic(batch, generator)`, `model_state`, `optimizers`, `config`).
+        buffer: the online replay buffer (see `Replay`).
+        offline: an offline buffer mixed into every batch at `algo.cfg.offline_ratio`, or None.
+        generator: the random draws of sampling and updates (on the learner's device).
+    """
+
+    def __init__(self, algo: SAC, buffer: Replay, offline: ReplayBuffer | None, generator: torch.Generator):
+        self.algo, self.buffer, self.offline, self.generator = algo, buffer, offline, generator
+        self.updates = 0
+        self.update_debt = 0.0
+
+    def collected(self, new: int, total: int) -> bool:
+        """Count `new` transitions, `total` in all so far: past `learning_starts`, each owes `utd_ratio` critic
+        updates. Returns whether learning has started (updates are owed)."""
+        cfg = self.algo.cfg
+        if total <= cfg.learning_starts:
+            return False
+        self.update_debt += cfg.utd_ratio * new
+        return True
+
+    def update(self, stats: Means | None = None, limit: int | None = None) -> int:
+        """Pay the update debt, at most `limit` updates (the rest stays owed); returns how many ran. Each draws
+        one minibatch (`sample_mixed`) and calls `algo.update_critic`, whose statistics go into `stats`."""
+        cfg, done = self.algo.cfg, 0
+        while self.update_debt >= 1.0 and (limit is None or done < limit):
+            batch = sample_mixed(self.buffer, self.offline, cfg.batch_size, cfg.offline_ratio, self.generator)
+            out = self.algo.update_critic(batch, self.generator)
+            if stats is not None:
+                stats.add(out)
+            self.update_debt -= 1.0
+            self.updates += 1
+            done += 1
+        return done
+
+    # --- checkpoints ---------------------------------------------------------------------------
+    def save(self, path: str | Path, run_config: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None,
+             meta: dict[str, Any] | None = None) -> Path:
+        """Atomically checkpoint the networks (`model.safetensors`, with `{"policy", "run": run_config}`) and the
+        trainer state: the caller's `tensors`/`meta`, the RNGs, optimizers, replay buffer and update counters."""
+        tensors, meta = dict(tensors or {}), dict(meta or {})
+        rng_tensors, rng_meta = rng_state(self.generator)
+        tensors.update(rng_tensors)
+        meta.update(rng_meta)
+        opt_meta = {}
+        for name, opt in self.algo.optimizers.items():
+            t, m = checkpoint.flatten_optimizer(opt)
+            tensors.update({f"{name}/{k}": v for k, v in t.items()})
+            opt_meta[name] = m
+        buf_tensors, buf_meta = self.buffer.state_dict()
+        tensors.update({f"buffer/{k}": v for k, v in buf_tensors.items()})
+        meta.update({"optimizers": opt_meta, "buffer": buf_meta, "updates": self.updates,
+                     "update_debt": self.update_debt, "critic_updates": self.algo.critic_updates})
+        model_config = {"policy": self.algo.config, "run": run_config}
+        return checkpoint.save(path, model_config, self.algo.model_state(), tensors, meta)
+
+    def restore(self, path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Continue from `save`: networks, optimizers, replay buffer, counters, RNGs. Returns the trainer state's
+        (tensors, meta), whose other entries (the caller's) the caller restores."""
+        _, model_state = checkpoint.load(path)
+        meta, tensors = checkpoint.load_trainer(path)
+        try:
+            self.algo.load_model_state(model_state)
+            for name, opt in self.algo.optimizers.items():
+                prefix = name + "/"
+                checkpoint.restore_optimizer(opt, {k[len(prefix):]: v for k, v in tensors.items()
+                                                   if k.startswith(prefix)}, meta["optimizers"][name])
+            self.buffer.load_state_dict({k[7:]: v for k, v in tensors.items() if k.startswith("buffer/")},
+                                        meta["buffer"])
+        except (RuntimeError, KeyError) as e:
+            raise CheckpointError(f"checkpoint {path} does not fit this learner: {e}") from e
+        restore_rng(self.generator, tensors, meta)
+        self.updates, self.update_debt = meta["updates"], meta["update_debt"]
+        self.algo.critic_updates = meta["critic_updates"]
+        return tensors, meta
 
 
 class OffPolicyRunner(RunnerBase):
-    """Owns collection, the replay buffer and the update schedule; the algorithm owns the updates."""
+    """Owns collection from the VecEnv and the replay buffer; `learner` owns the update schedule and its state."""
 
     draws_on_device = True
 
     def __init__(self, env: Any, algo: SAC, run_dir: str | Path, config: dict[str, Any], seed: int = 0,
                  progress: bool = True, steps_per_iteration: int = 50, offline: ReplayBuffer | None = None):
         super().__init__(env, run_dir, config, seed, algo.device, progress)
-        self.algo, self.offline = algo, offline
         self.steps_per_iteration = steps_per_iteration
         cfg = algo.cfg
         dims = {k: v[0] for k, v in env.observation_shapes.items() if k in ("policy", "critic")}
-        self.buffer = ReplayBuffer(max(cfg.buffer_size, env.num_envs), env.num_envs, dims, env.num_actions,
-                                   self.device, cfg.n_step, cfg.gamma)
-        self.updates = 0
-        self.update_debt = 0.0
+        buffer = ReplayBuffer(max(cfg.buffer_size, env.num_envs), env.num_envs, dims, env.num_actions,
+                              self.device, cfg.n_step, cfg.gamma)
+        self.learner = OffPolicyLearner(algo, buffer, offline, self.generator)
+
+    @property
+    def algo(self) -> SAC:
+        return self.learner.algo
+
+    @property
+    def buffer(self) -> ReplayBuffer:
+        return self.learner.buffer
+
+    @property
+    def offline(self) -> ReplayBuffer | None:
+        return self.learner.offline
+
+    @property
+    def updates(self) -> int:
+        return self.learner.updates
 
     def learn(self, iterations: int, checkpoint_interval: int = 50) -> list[dict[str, Any]]:
         """Run until `iterations` in total (counting those before a resume); returns the new metric rows."""
@@ -74,8 +198,7 @@ class OffPolicyRunner(RunnerBase):
 
     def _iteration(self, obs: Any):
         cfg = self.algo.cfg
-        sums: dict[str, Any] = {}  # floats from the env log, 0-d tensors from the learner (synced once)
-        counts: dict[str, int] = {}
+        stats = Means()  # env log floats and the learner's 0-d tensors (synced once, at the end)
         update_s, updates = 0.0, 0
         for _ in range(self.steps_per_iteration):
             if self.env_steps < cfg.learning_starts and cfg.random_warmup:
@@ -90,56 +213,24 @@ class OffPolicyRunner(RunnerBase):
                             dones.bool() & ~terminated.bool())
             self._track_episodes(rewards, dones.bool())
             self.env_steps += self.env.num_envs
-            for k, v in extras["log"].items():
-                v = float(v)
-                if v == v:  # NaN: an `episode/` metric with no episode ending at this step
-                    sums[k] = sums.get(k, 0.0) + v
-                    counts[k] = counts.get(k, 0) + 1
+            env_log = {k: float(v) for k, v in extras["log"].items()}
+            stats.add({k: v for k, v in env_log.items() if v == v})  # NaN: an `episode/` metric, no episode ended
             obs = next_obs
-            if self.env_steps > cfg.learning_starts:
-                self.update_debt += cfg.utd_ratio * self.env.num_envs
+            if self.learner.collected(self.env.num_envs, self.env_steps):
                 start = time.perf_counter()
-                while self.update_debt >= 1.0:
-                    batch = sample_mixed(self.buffer, self.offline, cfg.batch_size, cfg.offline_ratio, self.generator)
-                    for k, v in self.algo.update_critic(batch, self.generator).items():
-                        sums[k] = sums.get(k, 0.0) + v
-                        counts[k] = counts.get(k, 0) + 1
-                    self.update_debt -= 1.0
-                    self.updates += 1
-                    updates += 1
+                updates += self.learner.update(stats)
                 if self.device.type == "cuda":  # time the updates, not their launch
                     torch.cuda.synchronize(self.device)
                 update_s += time.perf_counter() - start
-        return obs, {k: float(v / counts[k]) for k, v in sums.items()}, update_s, updates
+        return obs, stats.means(), update_s, updates
 
     # --- checkpoints ---------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
-        tensors, meta = self._common_state()
-        opt_meta = {}
-        for name, opt in self.algo.optimizers.items():
-            t, m = checkpoint.flatten_optimizer(opt)
-            tensors.update({f"{name}/{k}": v for k, v in t.items()})
-            opt_meta[name] = m
-        buf_tensors, buf_meta = self.buffer.state_dict()
-        tensors.update({f"buffer/{k}": v for k, v in buf_tensors.items()})
-        meta.update({"optimizers": opt_meta, "buffer": buf_meta, "updates": self.updates,
-                     "update_debt": self.update_debt, "critic_updates": self.algo.critic_updates})
-        model_config = {"policy": self.algo.config, "run": self.config}
-        return checkpoint.save(path, model_config, self.algo.model_state(), tensors, meta)
+        """Checkpoint the learner (`OffPolicyLearner.save`) with the env state, episodes and counters."""
+        tensors, meta = self._env_state()
+        return self.learner.save(path, self.config, tensors, meta)
 
     def restore(self, path: str | Path) -> None:
         """Continue from a checkpoint saved by `save` (networks, optimizers, replay buffer, RNGs, env state)."""
-        _, model_state = checkpoint.load(path)
-        try:
-            self.algo.load_model_state(model_state)
-        except (RuntimeError, KeyError) as e:
-            raise CheckpointError(f"checkpoint {path} does not fit this learner: {e}") from e
-        meta, tensors = checkpoint.load_trainer(path)
-        for name, opt in self.algo.optimizers.items():
-            prefix = name + "/"
-            checkpoint.restore_optimizer(opt, {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)},
-                                         meta["optimizers"][name])
-        self.buffer.load_state_dict({k[7:]: v for k, v in tensors.items() if k.startswith("buffer/")}, meta["buffer"])
-        self._restore_common(tensors, meta)
-        self.updates, self.update_debt = meta["updates"], meta["update_debt"]
-        self.algo.critic_updates = meta["critic_updates"]
+        tensors, meta = self.learner.restore(path)
+        self._restore_env(tensors, meta)
