@@ -11,40 +11,60 @@ MJX on a CPU). The same task definition runs on both.
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 if not os.environ.get("DISPLAY"):
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; see sim/rendering.py
 
-from sim import _jax  # noqa: F401  (JAX set-up before anything imports jax)
-from sim.core import Physics, State, Task, TaskConfig, apply_overrides
 from sim.errors import ActionError, BackendError, ConfigError, UnknownTaskError
-from sim.tasks import TASKS, get_task_class
+from sim.tasks import TASKS, TaskSpec
+from sim.tasks import spec as task_spec
+
+if TYPE_CHECKING:
+    from sim.core import Physics, State, Task, TaskConfig
 
 __all__ = [
-    "make", "make_task", "make_gym", "make_sb3", "list_tasks", "render", "Task", "TaskConfig", "State",
-    "Physics", "ActionError", "BackendError", "ConfigError", "UnknownTaskError",
+    "make", "make_task", "make_gym", "make_sb3", "list_tasks", "task_spec", "render", "Task", "TaskConfig",
+    "TaskSpec", "State", "Physics", "ActionError", "BackendError", "ConfigError", "UnknownTaskError",
+    "resolve_backend", "make_backend", "BACKENDS",
 ]
 
 BACKENDS = ("auto", "mjx", "mujoco")
 
+# `import sim` loads neither JAX nor MuJoCo (a robot's deploy process may want only the error types or the
+# task list): the JAX-side names resolve on first use, the functions below import inside.
+_LAZY = {"Physics": "sim.core", "State": "sim.core", "Task": "sim.core", "TaskConfig": "sim.core",
+         "apply_overrides": "sim.core"}
+_SUBMODULES = ("adapters", "backends", "core", "env", "randomization", "rendering", "vecenv")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"sim.{name}")
+    raise AttributeError(f"module 'sim' has no attribute {name!r}")
+
 
 def list_tasks() -> list[str]:
-    """Names of every registered task."""
+    """Names of every registered task (no JAX needed)."""
     return sorted(TASKS)
 
 
 def make_task(name: str, **overrides: Any) -> Task:
-    """Build the task `name` with its config fields overridden (unknown fields raise `ConfigError`)."""
-    cls = get_task_class(name)
-    return cls(apply_overrides(cls.config_class(), overrides))
+    """Build task `name`: its variant's config overrides, then `overrides` (unknown fields raise `ConfigError`)."""
+    return task_spec(name).make(**overrides)
 
 
 def resolve_backend(backend: str) -> str:
+    """"mjx" or "mujoco": `backend` itself, or for "auto" MJX when JAX sees a GPU."""
     if backend not in BACKENDS:
         raise ConfigError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "auto":
+        from sim import _jax
+
         return "mjx" if _jax.gpu_available() else "mujoco"
     return backend
 
@@ -81,6 +101,7 @@ def make(name: str, num_envs: int = 1, backend: str = "auto", device: str = "aut
     """
     import torch
 
+    from sim import _jax
     from sim.vecenv import VecEnv
 
     task = make_task(name, **overrides)

@@ -16,11 +16,16 @@ positions read `qpos`; tasks that mirror a real robot read named sensors, as the
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, ClassVar
 
+from sim import _jax  # noqa: F401  (JAX's set-up runs before jax is imported)
+
+# isort: split
 import jax
 import jax.numpy as jnp
 import mujoco
+import numpy as np
 
 from sim.errors import ConfigError
 
@@ -177,46 +182,61 @@ def apply_overrides(cfg: TaskConfig, overrides: dict[str, Any]) -> TaskConfig:
 class Task:
     """Base class of every task: a MuJoCo model plus pure, unbatched JAX functions.
 
-    Subclasses set `name`, `config_class`, the documentation attributes (`obs_doc`, `action_doc`,
-    `random_return`, `reference_return`) and implement `xml`, `init`, `observe` and `reward_terms`.
+    Subclasses set `config_class` and implement `xml`, `init`, `observe` and `reward_terms`; the class
+    docstring is the task's documentation. Names, variants (a class plus config overrides) and the
+    documented returns live in the registry, `sim.tasks`.
+
+    Construction only stores and validates the config, so a subclass sets up its own attributes after
+    `super().__init__(config, name)` as usual. The MuJoCo model, its index and the full reward scales
+    are built on first use; `build` builds them at once and checks the config against them
+    (`sim.make_task` calls it, so a bad reward-term name fails there).
     """
 
-    name: ClassVar[str]
     config_class: ClassVar[type[TaskConfig]] = TaskConfig
-    #: Undiscounted return of uniform random actions over one default episode (for score normalisation),
-    #: as measured by `sim.tasks.reference.measure_returns` (64 envs, seed 0).
-    random_return: ClassVar[float] = 0.0
-    #: Return of the reference controller (scripted or trained) named in `reference_doc`.
-    reference_return: ClassVar[float] = 0.0
-    reference_doc: ClassVar[str] = ""
-    #: Where the reference controller lives: "module:function" of a scripted policy (batched torch
-    #: "policy" observation -> actions in [-1, 1]) ...
-    reference_policy: ClassVar[str] = ""
-    #: ... or the repo-relative checkpoint directory of a trained one (`robolearn.train.load_policy`).
-    reference_checkpoint: ClassVar[str] = ""
-    #: Control steps over which the backend test compares MJX and C trajectories (random actions);
-    #: chaotic tasks (float32 round-off grows past the tolerance within a second) set fewer.
-    equivalence_steps: ClassVar[int] = 60
     #: Scale the compiled model's masses to this total (MJCF's deprecated `settotalmass`).
     total_mass: ClassVar[float | None] = None
 
-    def __init__(self, config: TaskConfig | None = None):
+    def __init__(self, config: TaskConfig | None = None, name: str | None = None):
         self.cfg = config if config is not None else self.config_class()
         self.cfg.validate()
-        self.mj_model = mujoco.MjModel.from_xml_string(self.xml())
-        self.mj_model.opt.timestep = self.cfg.sim_dt
+        #: The registry name (`sim.make_task` passes it); the class name for a task built directly.
+        self.name = name or type(self).__name__
+
+    def build(self) -> Task:
+        """Compile the model, check the config against it and store every reward term's scale in `cfg`.
+
+        Idempotent; returns the task. An unknown reward-term name in `reward_scales` raises `ConfigError`.
+        """
+        if self.cfg.reward_scales != self.reward_scales:
+            self.cfg = dataclasses.replace(self.cfg, reward_scales=dict(self.reward_scales))
+        return self
+
+    @functools.cached_property
+    def mj_model(self) -> mujoco.MjModel:
+        """The compiled MuJoCo model of `xml()`, with the configured physics time step."""
+        model = mujoco.MjModel.from_xml_string(self.xml())
+        model.opt.timestep = self.cfg.sim_dt
         if self.total_mass is not None:  # scale every body's mass and inertia, as DM Control's models do
-            mujoco.mj_setTotalmass(self.mj_model, self.total_mass)
-            mujoco.mj_setConst(self.mj_model, mujoco.MjData(self.mj_model))
-        self.index = ModelIndex(self.mj_model)
+            mujoco.mj_setTotalmass(model, self.total_mass)
+            mujoco.mj_setConst(model, mujoco.MjData(model))
+        return model
+
+    @functools.cached_property
+    def index(self) -> ModelIndex:
+        """Name -> index maps of `mj_model`."""
+        return ModelIndex(self.mj_model)
+
+    @functools.cached_property
+    def _ctrl_range(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each actuator's control range; [-1, 1] for unlimited ones. Numpy, not JAX: first use may be
+        inside a jit trace, and a cached JAX value made there would leak the tracer."""
         lo, hi = self.mj_model.actuator_ctrlrange.T
         limited = self.mj_model.actuator_ctrllimited.astype(bool)
-        self._ctrl_lo = jnp.where(limited, lo, -1.0).astype(jnp.float32)
-        self._ctrl_hi = jnp.where(limited, hi, 1.0).astype(jnp.float32)
-        self.cfg = dataclasses.replace(self.cfg, reward_scales=self._full_reward_scales())
+        return np.where(limited, lo, -1.0).astype(np.float32), np.where(limited, hi, 1.0).astype(np.float32)
 
-    def _full_reward_scales(self) -> dict[str, float]:
-        """Every reward term's scale (1 unless configured); unknown names in the config raise."""
+    @functools.cached_property
+    def reward_scales(self) -> dict[str, float]:
+        """Every reward term's scale (1 unless configured); unknown names in the config raise `ConfigError`."""
         m = self.mj_model
         phys = Physics(qpos=jnp.zeros(m.nq), qvel=jnp.zeros(m.nv), sensordata=jnp.zeros(m.nsensordata),
                        ctrl=jnp.zeros(m.nu))
@@ -249,12 +269,12 @@ class Task:
 
     def reward(self, terms: dict[str, Array]) -> Array:
         """Combine the terms; the default is the scaled sum."""
-        scales = self.cfg.reward_scales
+        scales = self.reward_scales
         return sum(scales[k] * v for k, v in terms.items())
 
     def product_reward(self, terms: dict[str, Array]) -> Array:
         """DM-Control-style multiplicative reward: prod(term ** scale); a scale of 0 drops a term."""
-        scales = self.cfg.reward_scales
+        scales = self.reward_scales
         out = jnp.ones(())
         for k, v in terms.items():
             out = out * (v if scales[k] == 1.0 else v ** scales[k])
@@ -269,7 +289,8 @@ class Task:
 
         Called at every reset when `cfg.domain_randomization` is on; the values hold for the whole
         episode, on both backends. Example: `{"body_mass": self.mj_model.body_mass * scale}`.
-        The default randomizes nothing.
+        Return physical parameters only: with masses, inertias or armature the environment adds the
+        constraint weights MuJoCo derives from them (`sim.randomization`). The default randomizes nothing.
         """
         return {}
 
@@ -294,12 +315,13 @@ class Task:
     def action_to_ctrl(self, action: Array) -> Array:
         """Map an action in [-1, 1] (clipped) to the actuators' control range."""
         a = jnp.clip(action, -1.0, 1.0)
-        return self._ctrl_lo + (a + 1.0) * 0.5 * (self._ctrl_hi - self._ctrl_lo)
+        lo, hi = self._ctrl_range
+        return lo + (a + 1.0) * 0.5 * (hi - lo)
 
     @classmethod
     def describe(cls) -> str:
         """The task's documentation (its docstring), for `robolearn tasks` and the docs."""
-        doc = next((c.__doc__ for c in cls.__mro__ if c.__doc__ and c is not Task), cls.name)
+        doc = next((c.__doc__ for c in cls.__mro__ if c.__doc__ and c is not Task), cls.__name__)
         return doc.strip()
 
 

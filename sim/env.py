@@ -8,21 +8,27 @@ env that finished (`final_obs`), which the anchors drop, so that time-outs can b
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from sim.core import State, Task
+from sim.randomization import InverseWeights
 
 
 class Env:
     """One task on one backend; pure functions only, no hidden state."""
 
     def __init__(self, task: Task, backend: Any):
-        self.task = task
+        self.task = task.build()  # a task constructed directly (not by `sim.make_task`) is built here
         self.backend = backend
         self.cfg = task.cfg
+
+    @functools.cached_property
+    def _inverse_weights(self) -> InverseWeights:
+        return InverseWeights(self.task.mj_model)
 
     # --- unbatched ------------------------------------------------------------------------------
     def reset(self, key: jax.Array) -> State:
@@ -37,6 +43,7 @@ class Env:
         if cfg.domain_randomization:
             key, dr_key = jax.random.split(key)
             params = {k: jnp.asarray(v, jnp.float32) for k, v in self.task.randomize(dr_key).items()}
+            params = self._inverse_weights.complete(params)  # for randomized masses, as mj_setConst does
         info = {**info, "rng": key, "steps": jnp.zeros((), jnp.int32), "dr": params}
         if cfg.action_latency > 0:
             key, lat_key = jax.random.split(key)

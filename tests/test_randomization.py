@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import jax
 import jax.numpy as jnp
+import mujoco
+import numpy as np
 import pytest
 import torch
 
 import sim
+from sim.randomization import MASS_FIELDS, SOLVER_WEIGHTS, InverseWeights
 from sim.tasks.pendulum import PendulumConfig, PendulumSwingup
 from sim.vecenv import VecEnv
 
@@ -111,3 +115,84 @@ def test_observation_noise_only_on_policy_group():
     assert 0.02 < diff.std() < 0.1
     with pytest.raises(sim.ConfigError):
         sim.make("point-mass", obs_noise=-1.0)
+
+
+# --- constraint weights of randomized masses (sim/randomization.py) ---------------------------------------------
+def _set_const_weights(model, params: dict) -> dict[str, np.ndarray]:
+    """What MuJoCo's `mj_setConst` gives on a copy of `model` with the randomized mass fields of `params`."""
+    m = copy.copy(model)
+    for name in MASS_FIELDS:
+        if name in params:
+            getattr(m, name)[:] = np.asarray(params[name], np.float64).reshape(getattr(m, name).shape)
+    mujoco.mj_setConst(m, mujoco.MjData(m))
+    return {name: getattr(m, name) for name in SOLVER_WEIGHTS}
+
+
+def _assert_weights_match(weights: dict, expected: dict) -> None:
+    assert set(weights) == {k for k, v in expected.items() if v.size}
+    for name, value in weights.items():
+        want = expected[name]
+        np.testing.assert_allclose(np.asarray(value).reshape(want.shape), want, rtol=2e-6, atol=1e-30, err_msg=name)
+
+
+@pytest.mark.parametrize("name", sim.list_tasks())
+def test_generic_inverse_weights_match_set_const(name):
+    """For every task that randomizes masses: the weights the environment adds are mj_setConst's, to float32
+    precision (the MJX-vs-C agreement under randomization rests on this)."""
+    task = sim.make_task(name, domain_randomization=True)
+    weights = InverseWeights(task.mj_model)
+    for seed in range(3):
+        params = {k: jnp.asarray(v, jnp.float32) for k, v in task.randomize(jax.random.PRNGKey(seed)).items()}
+        if not set(params) & set(MASS_FIELDS):
+            pytest.skip(f"{name} does not randomize masses")
+        assert not set(params) & set(SOLVER_WEIGHTS), "tasks return physical parameters only"
+        full = weights.complete(params)
+        _assert_weights_match({k: full[k] for k in SOLVER_WEIGHTS if k in full},
+                              _set_const_weights(task.mj_model, params))
+
+
+BALL_AND_SLIDE_XML = """
+<mujoco>
+  <worldbody>
+    <body name="static" pos="0 0 2"><geom type="sphere" size=".1"/></body>
+    <body name="pendulum" pos="0 0 1">
+      <joint name="ball" type="ball"/>
+      <geom type="capsule" fromto="0 0 0 .3 .1 -.5" size=".05"/>
+      <site name="tip" pos=".3 .1 -.5"/>
+      <body pos=".3 .1 -.5"><joint type="hinge" axis="0 1 0"/><geom type="box" size=".1 .05 .02"/></body>
+    </body>
+    <body name="slider" pos="1 0 0">
+      <joint name="sx" type="slide" axis="1 0 0"/><joint name="sy" type="slide" axis="0 1 0" armature=".1"/>
+      <geom type="sphere" size=".1"/><site name="anchor"/>
+    </body>
+    <body name="free" pos="0 1 1"><freejoint/><geom type="box" size=".2 .1 .05" euler="10 20 30"/></body>
+  </worldbody>
+  <tendon><spatial name="rope"><site site="tip"/><site site="anchor"/></spatial>
+    <fixed name="sum"><joint joint="sx" coef="1"/><joint joint="ball" coef="0"/></fixed></tendon>
+</mujoco>
+"""
+
+
+def test_inverse_weights_of_every_joint_kind():
+    """Ball, hinge, slide-only ("simple") and free bodies, a static body and spatial and fixed tendons."""
+    model = mujoco.MjModel.from_xml_string(BALL_AND_SLIDE_XML)
+    weights = InverseWeights(model)
+    key = jax.random.PRNGKey(0)
+    for k in jax.random.split(key, 3):
+        k1, k2, k3 = jax.random.split(k, 3)
+        params = {"body_mass": jnp.asarray(model.body_mass) * jax.random.uniform(k1, (model.nbody,), minval=0.5,
+                                                                                  maxval=2.0),
+                  "body_inertia": jnp.asarray(model.body_inertia) * jax.random.uniform(k2, (model.nbody, 3),
+                                                                                        minval=0.5, maxval=2.0),
+                  "dof_armature": jnp.asarray(model.dof_armature) + jax.random.uniform(k3, (model.nv,), maxval=0.1)}
+        params = {n: v.astype(jnp.float32) for n, v in params.items()}
+        _assert_weights_match(jax.jit(weights)(**params), _set_const_weights(model, params))
+
+
+def test_task_weights_are_kept_and_unrandomized_masses_add_none():
+    model = mujoco.MjModel.from_xml_string(BALL_AND_SLIDE_XML)
+    weights = InverseWeights(model)
+    assert weights.complete({"dof_damping": jnp.ones(model.nv)}).keys() == {"dof_damping"}
+    own = jnp.full(model.nv, 7.0)
+    out = weights.complete({"body_mass": jnp.asarray(model.body_mass, jnp.float32), "dof_invweight0": own})
+    assert out["dof_invweight0"] is own and set(out) == {"body_mass", *SOLVER_WEIGHTS}

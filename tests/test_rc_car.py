@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import sim
-from sim.tasks.rc_car_geometry import CRITIC_NAMES, OBS_NAMES, TRACKS
 from sim.tasks.rc_car_control import demo_lap_policy
+from sim.tasks.rc_car_geometry import CRITIC_NAMES, OBS_NAMES, TRACKS
 
 NAME = "rc-car-track"
 

@@ -62,7 +62,7 @@ def test_backends_agree(name):
     """Same task, seed and actions: MJX (float32) and MuJoCo C (float64) trajectories agree to 1e-4
     (plus 1e-3 relative: a crashed quadrotor keeps tumbling here, and float32 drifts on large rates),
     over the task's `equivalence_steps` (fewer on chaotic tasks, where float32 round-off alone diverges)."""
-    steps = sim.tasks.TASKS[name].equivalence_steps
+    steps = sim.task_spec(name).equivalence_steps
     oa, ra = _pure_rollout(name, "mujoco", steps)
     ob, rb = _pure_rollout(name, "mjx", steps)
     torch.testing.assert_close(oa, ob, atol=1e-4, rtol=1e-3)

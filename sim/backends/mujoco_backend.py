@@ -23,12 +23,9 @@ from mujoco import rollout
 
 from sim.core import Physics
 from sim.errors import BackendError
+from sim.randomization import SOLVER_WEIGHTS
 
 _SPEC = mujoco.mjtState.mjSTATE_FULLPHYSICS
-
-
-#: Constraint weights MJX takes from the model as given (see `_set_const`).
-_SOLVER_WEIGHTS = ("body_invweight0", "dof_invweight0", "tendon_invweight0")
 
 
 @jax.tree_util.register_dataclass
@@ -176,9 +173,10 @@ class MujocoBackend:
     def _set_const(self, m: mujoco.MjModel, params: dict[str, np.ndarray]) -> None:
         """Recompute the derived constants (subtree masses, actuator lengths...) of randomized physics,
         but keep the constraint solver's weights as MJX does: MJX never recomputes `*_invweight0`
-        (nor `stat.meaninertia`), so they stay nominal unless the task randomizes them itself."""
+        (nor `stat.meaninertia`), so they stay nominal unless `params` carries them (the environment adds
+        them whenever masses are randomized: `sim.randomization`)."""
         mujoco.mj_setConst(m, self._scratch)
-        for name in _SOLVER_WEIGHTS:
+        for name in SOLVER_WEIGHTS:
             source = params[name] if name in params else getattr(self.model, name)
             getattr(m, name).reshape(-1)[:] = np.reshape(source, -1)
         m.stat.meaninertia = self.model.stat.meaninertia

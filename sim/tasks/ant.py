@@ -40,7 +40,6 @@ COMMAND_SIGMA = 0.25
 MAZE_CELL = 2.5
 WALL_HEIGHT = 1.0
 GOAL_RADIUS = 0.5
-MAZE_EPISODE_LENGTH = {"umaze": 700, "medium": 1000, "large": 1000}
 
 # Collision bits: the floor and the walls (contype 1) touch the ant's colliding geoms (conaffinity 1);
 # the ant never collides with itself and the walls never with the floor.
@@ -259,12 +258,7 @@ class AntVelocityConfig(AntConfig):
 
 class AntVelocity(Ant):
     __doc__ = MODEL_DOC + VELOCITY_DOC
-    name = "ant-velocity"
     config_class = AntVelocityConfig
-    random_return = 595.1
-    reference_return = 1181.7
-    reference_doc = "central-pattern-generator trot steered by the command (sim/tasks/ant_control.py)"
-    reference_policy = "sim.tasks.ant_control:ant_velocity_policy"
 
     def _num_commands(self) -> int:
         r = self.cfg.resample_steps
@@ -351,25 +345,28 @@ def maze_walls_xml(layout: list[str]) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class AntMazeConfig(AntConfig):
+    #: One of the point-maze `LAYOUTS`.
     layout: str = "umaze"
     episode_length: int = 700
     terminate_unhealthy: bool = False
     terminate_at_goal: bool = False
+
+    def validate(self) -> None:
+        super().validate()
+        if self.layout not in LAYOUTS:
+            raise ConfigError(f"layout must be one of {sorted(LAYOUTS)}, got {self.layout!r}")
 
 
 class AntMaze(Ant):
     __doc__ = MODEL_DOC + MAZE_DOC
     config_class = AntMazeConfig
 
-    def __init__(self, config: AntMazeConfig | None = None):
-        cfg = config if config is not None else self.config_class()
-        if cfg.layout not in LAYOUTS:
-            raise ConfigError(f"layout must be one of {sorted(LAYOUTS)}, got {cfg.layout!r}")
-        self.layout = LAYOUTS[cfg.layout]
+    def __init__(self, config: AntMazeConfig | None = None, name: str | None = None):
+        super().__init__(config, name)
+        self.layout = LAYOUTS[self.cfg.layout]
         start, goal = start_and_goal(self.layout)
         self.start_xy = MAZE_CELL * np.array(cell_center(*start, self.layout), np.float32)
         self.goal_xy = MAZE_CELL * np.array(cell_center(*goal, self.layout), np.float32)
-        super().__init__(cfg)
 
     def xml(self) -> str:
         size = MAZE_CELL * max(len(self.layout), len(self.layout[0])) / 2 + 2.0
@@ -404,19 +401,3 @@ class AntMaze(Ant):
             done = done | self.at_goal(phys, info)
         return done
 
-
-def _maze_class(layout: str, random_return: float, reference_return: float) -> type[AntMaze]:
-    config = dataclasses.make_dataclass(f"AntMaze{layout.title()}Config", [
-        ("layout", str, dataclasses.field(default=layout)),
-        ("episode_length", int, dataclasses.field(default=MAZE_EPISODE_LENGTH[layout]))],
-        bases=(AntMazeConfig,), frozen=True)
-    return type(f"AntMaze{layout.title()}", (AntMaze,), {
-        "name": f"ant-maze-{layout}", "config_class": config, "random_return": random_return,
-        "reference_return": reference_return, "__doc__": AntMaze.__doc__,
-        "reference_doc": "breadth-first waypoints steering the scripted trot (sim/tasks/ant_control.py)",
-        "reference_policy": f"sim.tasks.ant_control:ant_maze_{layout}_policy"})
-
-
-AntMazeUmaze = _maze_class("umaze", 0.0, 361.9)
-AntMazeMedium = _maze_class("medium", 0.0, 392.9)
-AntMazeLarge = _maze_class("large", 0.0, 163.3)

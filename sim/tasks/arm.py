@@ -50,13 +50,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from sim.core import Physics, Task, TaskConfig
+from sim.errors import ConfigError
 from sim.tasks._scene import scene_assets
 
 # --- geometry (metres); `sim.tasks.arm_control` inverts it -----------------------------------------
@@ -211,8 +211,15 @@ def arm_xml(with_cube: bool) -> str:
 """
 
 
+#: The three tasks on this model (`ArmConfig.kind`).
+KINDS = ("reach", "push", "pick-place")
+
+
 @dataclasses.dataclass(frozen=True)
 class ArmConfig(TaskConfig):
+    #: "reach" (no cube), "push" or "pick-place"; the registered variants also set the episode length and
+    #: the reward scales of the docstring.
+    kind: str = "reach"
     episode_length: int = 100
     ctrl_dt: float = 0.04
     sim_dt: float = 0.005
@@ -222,26 +229,10 @@ class ArmConfig(TaskConfig):
     terminate_on_success: bool = False
     success_radius: float = 0.05
 
-
-def _scales(**shaped: float) -> dataclasses.Field:
-    return dataclasses.field(default_factory=lambda: {"success": 1.0, **shaped})
-
-
-@dataclasses.dataclass(frozen=True)
-class ArmReachConfig(ArmConfig):
-    reward_scales: dict[str, float] = _scales(reach=0.5)
-
-
-@dataclasses.dataclass(frozen=True)
-class ArmPushConfig(ArmConfig):
-    episode_length: int = 150
-    reward_scales: dict[str, float] = _scales(reach=0.1, place=0.5)
-
-
-@dataclasses.dataclass(frozen=True)
-class ArmPickPlaceConfig(ArmConfig):
-    episode_length: int = 200
-    reward_scales: dict[str, float] = _scales(reach=0.1, grasp=0.25, place=0.5)
+    def validate(self) -> None:
+        super().validate()
+        if self.kind not in KINDS:
+            raise ConfigError(f"kind must be one of {KINDS}, got {self.kind!r}")
 
 
 def _polar(key: jax.Array, radius: tuple[float, float], angle: float, shape: tuple[int, ...] = ()) -> jax.Array:
@@ -265,11 +256,9 @@ def _quat_axes(q: jax.Array) -> jax.Array:
 
 class Arm(Task):
     __doc__ = __doc__
-    config_class: ClassVar[type[TaskConfig]] = ArmConfig
-    #: "reach", "push" or "pick-place".
-    kind: ClassVar[str] = "reach"
+    config_class = ArmConfig
 
-    # Model indices (cached on first use: `Task.__init__` already evaluates `init` and `reward_terms`).
+    # Model indices, cached on first use.
     @functools.cached_property
     def _arm_q(self) -> np.ndarray:
         return np.array([self.index.qpos_slice(n).start for n in ARM_JOINTS])
@@ -301,7 +290,7 @@ class Arm(Task):
 
     @property
     def has_cube(self) -> bool:
-        return self.kind != "reach"
+        return self.cfg.kind != "reach"
 
     def xml(self) -> str:
         return arm_xml(self.has_cube)
@@ -313,7 +302,7 @@ class Arm(Task):
         qpos = jnp.zeros(m.nq)
         arm = jnp.asarray(HOME) + jax.random.uniform(k_arm, (5,), minval=-0.05, maxval=0.05)
         qpos = qpos.at[self._arm_q].set(arm).at[self._fingers_q].set(MAX_FINGER)
-        if self.kind == "reach":
+        if self.cfg.kind == "reach":
             xy = _polar(k_goal, REACH_RADIUS, REACH_ANGLE)
             goal = jnp.append(xy, jax.random.uniform(k_height, (), minval=REACH_HEIGHT[0], maxval=REACH_HEIGHT[1]))
         else:
@@ -326,7 +315,7 @@ class Arm(Task):
             ok = (dist >= GOAL_DISTANCE[0]) & (dist <= GOAL_DISTANCE[1])
             xy = candidates[jnp.argmax(ok)]
             height = 0.0
-            if self.kind == "pick-place":
+            if self.cfg.kind == "pick-place":
                 height = jax.random.uniform(k_height, (), minval=0.0, maxval=PLACE_HEIGHT)
             goal = jnp.append(xy, HALF_CUBE + height)
         qpos = qpos.at[self._goal_q].set(goal)
@@ -386,18 +375,18 @@ class Arm(Task):
 
     # --- how it is scored -----------------------------------------------------------------------------
     def _success(self, phys: Physics, info) -> jax.Array:
-        target = self._grasp(phys) if self.kind == "reach" else self._cube(phys)
+        target = self._grasp(phys) if self.cfg.kind == "reach" else self._cube(phys)
         return jnp.linalg.norm(info["goal"] - target) < self.cfg.success_radius
 
     def reward_terms(self, phys: Physics, action, info):
         terms = {"success": self._success(phys, info).astype(jnp.float32)}
         grasp, goal = self._grasp(phys), info["goal"]
-        if self.kind == "reach":
+        if self.cfg.kind == "reach":
             terms["reach"] = 1.0 - jnp.tanh(5.0 * jnp.linalg.norm(goal - grasp))
             return terms
         cube = self._cube(phys)
         terms["reach"] = 1.0 - jnp.tanh(5.0 * jnp.linalg.norm(cube - grasp))
-        if self.kind == "pick-place":
+        if self.cfg.kind == "pick-place":
             opening = phys.qpos[self._fingers_q].sum()
             closed_on_cube = (opening > 2 * HALF_CUBE - 0.01) & (opening < 2 * HALF_CUBE + 0.004)
             held = (jnp.linalg.norm(cube - grasp) < 0.03) & closed_on_cube
@@ -422,34 +411,3 @@ class Arm(Task):
     def metrics(self, phys: Physics, info):
         return {"episode/success": info["succeeded"].astype(jnp.float32)}
 
-
-class ArmReach(Arm):
-    name = "arm-reach"
-    kind = "reach"
-    config_class = ArmReachConfig
-    random_return = 11.85
-    reference_return = 136.59
-    reference_doc = "analytic inverse kinematics + joint-space P control (sim/tasks/arm_control.py)"
-    reference_policy = "sim.tasks.arm_control:reach_policy"
-
-
-class ArmPush(Arm):
-    name = "arm-push"
-    kind = "push"
-    config_class = ArmPushConfig
-    random_return = 28.5
-    reference_return = 170.46
-    reference_doc = ("inverse kinematics + phases: get behind the cube, lower, push it along the line to the goal "
-                     "(sim/tasks/arm_control.py)")
-    reference_policy = "sim.tasks.arm_control:push_policy"
-
-
-class ArmPickPlace(Arm):
-    name = "arm-pick-place"
-    kind = "pick-place"
-    config_class = ArmPickPlaceConfig
-    random_return = 29.66
-    reference_return = 304.89
-    reference_doc = ("inverse kinematics + phases: above the cube, align, descend, close, lift, carry to the goal, "
-                     "hold (sim/tasks/arm_control.py)")
-    reference_policy = "sim.tasks.arm_control:pick_place_policy"

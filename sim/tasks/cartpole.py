@@ -69,6 +69,7 @@ class CartpoleConfig(TaskConfig):
     episode_length: int = 1000
     ctrl_dt: float = 0.01
     sim_dt: float = 0.01
+    #: Start hanging down (`cartpole-swingup`) instead of near upright (`cartpole-balance`).
     swing_up: bool = False
 
 
@@ -108,23 +109,3 @@ class Cartpole(Task):
     def reward(self, terms):
         return self.product_reward(terms)
 
-
-@dataclasses.dataclass(frozen=True)
-class CartpoleSwingupConfig(CartpoleConfig):
-    swing_up: bool = True
-
-
-class CartpoleBalance(Cartpole):
-    name = "cartpole-balance"
-    random_return = 353.6
-    reference_return = 999.8
-    reference_doc = "LQR state feedback (sim/tasks/reference.py)"
-    config_class = CartpoleConfig
-
-
-class CartpoleSwingup(Cartpole):
-    name = "cartpole-swingup"
-    random_return = 27.5
-    reference_return = 868.2
-    reference_doc = "energy swing-up + LQR (sim/tasks/reference.py)"
-    config_class = CartpoleSwingupConfig

@@ -104,14 +104,8 @@ class CheetahConfig(TaskConfig):
 
 class CheetahRun(Task):
     __doc__ = __doc__
-    name = "cheetah-run"
     config_class = CheetahConfig
     total_mass = 14.0
-    random_return = 3.8
-    reference_return = 644.2
-    reference_doc = ("trained: PPO, 1.6M env-steps, 256 envs, 128x128 networks, deterministic policy "
-                     "(benchmarks/references/cheetah-run-ppo)")
-    reference_checkpoint = "benchmarks/references/cheetah-run-ppo"
 
     def xml(self) -> str:
         return XML.replace("__SCENE__", scene_assets())

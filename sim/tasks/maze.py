@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sim.core import Physics, Task, TaskConfig
+from sim.errors import ConfigError
 from sim.tasks._scene import scene_assets
 
 LAYOUTS = {
@@ -50,7 +51,6 @@ LAYOUTS = {
               "#..#...#...#",
               "############"],
 }
-EPISODE_LENGTH = {"umaze": 300, "medium": 600, "large": 800}
 GOAL_RADIUS = 0.5
 
 
@@ -117,28 +117,29 @@ def maze_xml(layout: list[str]) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class MazeConfig(TaskConfig):
+    #: One of `LAYOUTS`.
     layout: str = "umaze"
     episode_length: int = 300
     ctrl_dt: float = 0.02
     sim_dt: float = 0.01
     terminate_at_goal: bool = False
 
+    def validate(self) -> None:
+        super().validate()
+        if self.layout not in LAYOUTS:
+            raise ConfigError(f"layout must be one of {sorted(LAYOUTS)}, got {self.layout!r}")
+
 
 class PointMaze(Task):
     __doc__ = __doc__
     config_class = MazeConfig
 
-    def __init__(self, config: MazeConfig | None = None):
-        cfg = config if config is not None else self.config_class()
-        if cfg.layout not in LAYOUTS:
-            from sim.errors import ConfigError
-
-            raise ConfigError(f"layout must be one of {sorted(LAYOUTS)}, got {cfg.layout!r}")
-        self.layout = LAYOUTS[cfg.layout]
+    def __init__(self, config: MazeConfig | None = None, name: str | None = None):
+        super().__init__(config, name)
+        self.layout = LAYOUTS[self.cfg.layout]
         start, goal = start_and_goal(self.layout)
         self.start_xy = np.array(cell_center(*start, self.layout), np.float32)
         self.goal_xy = np.array(cell_center(*goal, self.layout), np.float32)
-        super().__init__(cfg)
 
     def xml(self) -> str:
         return maze_xml(self.layout)
@@ -166,17 +167,3 @@ class PointMaze(Task):
             return jnp.zeros((), bool)
         return jnp.linalg.norm(phys.qpos - info["goal"]) <= GOAL_RADIUS
 
-
-def _maze_class(layout: str, random_return: float, reference_return: float) -> type[PointMaze]:
-    config = dataclasses.make_dataclass(f"Maze{layout.title()}Config", [
-        ("layout", str, dataclasses.field(default=layout)),
-        ("episode_length", int, dataclasses.field(default=EPISODE_LENGTH[layout]))], bases=(MazeConfig,), frozen=True)
-    return type(f"PointMaze{layout.title()}", (PointMaze,), {
-        "name": f"point-maze-{layout}", "config_class": config, "random_return": random_return,
-        "reference_return": reference_return,
-        "reference_doc": "breadth-first waypoints + PD (sim/tasks/reference.py)", "__doc__": __doc__})
-
-
-PointMazeUmaze = _maze_class("umaze", 0.0, 72.6)
-PointMazeMedium = _maze_class("medium", 0.0, 190.2)
-PointMazeLarge = _maze_class("large", 0.0, 238.8)

@@ -64,10 +64,6 @@ class PendulumConfig(TaskConfig):
 
 class PendulumSwingup(Task):
     __doc__ = __doc__
-    name = "pendulum-swingup"
-    random_return = 3.8
-    reference_return = 848.6
-    reference_doc = "energy pumping + PD hold (sim/tasks/reference.py)"
     config_class = PendulumConfig
 
     def xml(self) -> str:

@@ -73,10 +73,6 @@ class PointMassConfig(TaskConfig):
 
 class PointMass(Task):
     __doc__ = __doc__
-    name = "point-mass"
-    random_return = 10.4
-    reference_return = 898.2
-    reference_doc = "saturated PD to the target (sim/tasks/reference.py)"
     config_class = PointMassConfig
 
     def xml(self) -> str:

@@ -93,14 +93,10 @@ class QuadrotorConfig(TaskConfig):
     ctrl_dt: float = 0.01
     sim_dt: float = 0.002
     domain_randomization: bool = True
+    #: Follow the figure-eight (`quadrotor-track`) instead of holding position (`quadrotor-hover`).
     track: bool = False
     reward_scales: dict[str, float] = dataclasses.field(default_factory=lambda: {
         "alive": 1.0, "position": -1.0, "tilt": -0.2, "velocity": -0.05, "spin": -0.01, "effort": -0.02})
-
-
-@dataclasses.dataclass(frozen=True)
-class QuadrotorTrackConfig(QuadrotorConfig):
-    track: bool = True
 
 
 class Quadrotor(Task):
@@ -188,18 +184,3 @@ class Quadrotor(Task):
     def update_info(self, phys: Physics, action, info):
         return {**info, "prev_action": jnp.clip(action, -1.0, 1.0).astype(jnp.float32)}
 
-
-class QuadrotorHover(Quadrotor):
-    name = "quadrotor-hover"
-    random_return = -3.8
-    reference_return = 421.2
-    reference_doc = "cascaded geometric PD controller, nominal mass (sim/tasks/reference.py)"
-    config_class = QuadrotorConfig
-
-
-class QuadrotorTrack(Quadrotor):
-    name = "quadrotor-track"
-    random_return = -3.8
-    reference_return = 419.1
-    reference_doc = "cascaded geometric PD controller with velocity feed-forward (sim/tasks/reference.py)"
-    config_class = QuadrotorTrackConfig

@@ -44,20 +44,17 @@ Initial state: the default standing pose 0.29 m up with a uniform yaw, joint ang
 rad of the default, trunk linear and angular velocities uniform in +-0.3 (m/s, rad/s).
 Domain randomization (on by default, re-sampled each reset, the values in the critic group): floor
 and foot friction U(0.4, 1.0); trunk payload U(-1, 1) kg; leg masses and inertias x U(0.9, 1.1);
-joint damping x U(0.8, 1.2); armature x U(0.9, 1.1); kp x U(0.9, 1.1) (all actuators). The task
-also supplies the inverse weights MuJoCo derives from the masses (contact and limit softness), which
-MJX does not recompute, so that both backends simulate the same randomized robot.
+joint damping x U(0.8, 1.2); armature x U(0.9, 1.1); kp x U(0.9, 1.1) (all actuators). The contact
+and limit softness MuJoCo derives from the masses follows them (`sim.randomization`).
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
-import mujoco
 import numpy as np
 
 from sim.core import Physics, Task, TaskConfig
@@ -186,16 +183,9 @@ class QuadrupedConfig(TaskConfig):
 
 class QuadrupedJoystick(Task):
     __doc__ = __doc__
-    name = "quadruped-joystick"
     config_class = QuadrupedConfig
-    random_return = 0.008
-    reference_return = 12.71   # standing still (zero actions) scores 7.22
-    reference_doc = ("scripted trot: gait clock, command-driven foot trajectories, leg inverse kinematics and "
-                     "servo compensation (sim/tasks/quadruped_control.py)")
-    reference_policy = "sim.tasks.quadruped_control:trot_policy"
 
-    # Model indices and episode constants, derived on first use (the base constructor already calls
-    # `init` and `reward_terms` to learn the reward-term names).
+    # Model indices and episode constants, derived on first use.
     _default = np.asarray(DEFAULT_POSE, np.float32)
 
     @functools.cached_property
@@ -288,68 +278,7 @@ class QuadrupedJoystick(Task):
         gain = jnp.asarray(m.actuator_gainprm).at[:, 0].multiply(kp)
         bias = jnp.asarray(m.actuator_biasprm).at[:, 1].multiply(kp)
         return {"geom_friction": friction, "body_mass": mass, "body_inertia": inertia, "dof_damping": damping,
-                "dof_armature": armature, "actuator_gainprm": gain, "actuator_biasprm": bias,
-                **self._inverse_weights(mass, inertia, armature)}
-
-    @functools.cached_property
-    def _inertia_basis(self) -> dict[str, np.ndarray]:
-        """The joint-space inertia M at qpos0 as a linear function of the masses, inertias and armature,
-        and the Jacobians of every body's centre of mass there (computed once with the C engine).
-
-        M is linear in each body's mass and principal inertia (the kinematics at qpos0 are fixed), so
-        M = M0 + sum_i (p_i - p0_i) dM/dp_i exactly; the derivatives come from unit perturbations.
-        """
-        m0 = self.mj_model
-        m = copy.copy(m0)
-        d = mujoco.MjData(m)
-
-        def inertia_matrix() -> np.ndarray:
-            mujoco.mj_kinematics(m, d)
-            mujoco.mj_comPos(m, d)
-            mujoco.mj_crb(m, d)
-            mujoco.mj_makeM(m, d)
-            full = np.zeros((m.nv, m.nv))
-            mujoco.mj_fullM(m, d, full)
-            return full
-
-        base = inertia_matrix()
-        d_mass = np.zeros((m.nbody, m.nv, m.nv))
-        d_inertia = np.zeros((m.nbody, 3, m.nv, m.nv))
-        for b in range(1, m.nbody):
-            m.body_mass[b] += 1.0
-            d_mass[b] = inertia_matrix() - base
-            m.body_mass[b] = m0.body_mass[b]
-            for k in range(3):
-                m.body_inertia[b, k] += 1.0
-                d_inertia[b, k] = inertia_matrix() - base
-                m.body_inertia[b, k] = m0.body_inertia[b, k]
-        jac = np.zeros((m.nbody, 6, m.nv))
-        for b in range(1, m.nbody):
-            mujoco.mj_jacBodyCom(m, d, jac[b, :3], jac[b, 3:], b)
-        f32 = np.float32
-        return {"M0": base.astype(f32), "dmass": d_mass.astype(f32), "dinertia": d_inertia.astype(f32),
-                "jac": jac.astype(f32)}
-
-    def _inverse_weights(self, mass: jax.Array, inertia: jax.Array, armature: jax.Array) -> dict[str, jax.Array]:
-        """`body_invweight0` and `dof_invweight0` of the randomized model, computed as `mj_setConst` does.
-
-        These derived constants set the softness of contacts and joint limits. The C backend recomputes
-        them (`mj_setConst`) after writing randomized masses; MJX reads them from the model as given, so
-        the task supplies them with the other overrides and both backends simulate the same physics.
-        At qpos0: body weights are the mean diagonals of J_b M^-1 J_b^T (translation, rotation) for the
-        Jacobian J_b of body b's centre of mass, dof weights the diagonal of M^-1 (averaged over the
-        free joint's translations and over its rotations).
-        """
-        basis, m = self._inertia_basis, self.mj_model
-        full = (basis["M0"] + jnp.einsum("b,bij->ij", mass - m.body_mass, basis["dmass"])
-                + jnp.einsum("bk,bkij->ij", inertia - m.body_inertia, basis["dinertia"])
-                + jnp.diag(armature - m.dof_armature))
-        minv = jnp.linalg.inv(full)
-        jac = basis["jac"].reshape(m.nbody, 2, 3, m.nv)
-        weights = jnp.einsum("btkv,vw,btkw->bt", jac, minv, jac) / 3.0
-        diag = jnp.diag(minv)
-        dofs = diag.at[0:3].set(diag[0:3].mean()).at[3:6].set(diag[3:6].mean())
-        return {"body_invweight0": weights, "dof_invweight0": dofs}
+                "dof_armature": armature, "actuator_gainprm": gain, "actuator_biasprm": bias}
 
     def _physics_params(self, info) -> jax.Array:
         """The episode's (friction, payload, leg mass scale, damping scale, armature scale, kp scale)."""

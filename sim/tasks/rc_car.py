@@ -53,6 +53,7 @@ grip, load, battery and steering trim are unknown): tyre friction x U(0.75, 1.25
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -194,6 +195,11 @@ class RcCarConfig(TaskConfig):
     reward_scales: dict[str, float] = dataclasses.field(default_factory=lambda: {
         "progress": 1.0, "checkpoint": 1.0, "crash": -10.0, "stuck": -10.0})
 
+    def validate(self) -> None:
+        super().validate()
+        if not self.track_points and self.track not in TRACKS:
+            raise ConfigError(f"track must be one of {sorted(TRACKS)} (or give track_points), got {self.track!r}")
+
 
 def _yaw_up(q: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Yaw angle and the world-z component of the body's z axis, from a (w, x, y, z) quaternion."""
@@ -209,21 +215,15 @@ def _to_body(v: jax.Array, yaw: jax.Array) -> jax.Array:
 
 class RcCarTrack(Task):
     __doc__ = __doc__
-    name = "rc-car-track"
     config_class = RcCarConfig
-    random_return = -8.4
-    reference_return = 140.8
-    reference_doc = "slow pure pursuit through the observed checkpoints (sim/tasks/rc_car_control.py)"
-    reference_policy = "sim.tasks.rc_car_control:demo_lap_policy"
 
-    def __init__(self, config: RcCarConfig | None = None):
-        cfg = config if config is not None else self.config_class()
+    def __init__(self, config: RcCarConfig | None = None, name: str | None = None):
+        super().__init__(config, name)
+        cfg = self.cfg
         if cfg.track_points:
             points, width = cfg.track_points, cfg.track_width or 1.0
-        elif cfg.track in TRACKS:
-            points, width = TRACKS[cfg.track].points, cfg.track_width or TRACKS[cfg.track].width
         else:
-            raise ConfigError(f"track must be one of {sorted(TRACKS)} (or give track_points), got {cfg.track!r}")
+            points, width = TRACKS[cfg.track].points, cfg.track_width or TRACKS[cfg.track].width
         self.track = TrackGeometry(points, width, cfg.checkpoint_spacing)
         t = self.track
         self._cp = jnp.asarray(t.checkpoints, jnp.float32)
@@ -232,13 +232,24 @@ class RcCarTrack(Task):
         self._seg_a = jnp.asarray(t.line, jnp.float32)
         self._seg_d = jnp.asarray(seg, jnp.float32)
         self._seg_inv = jnp.asarray(1.0 / np.sum(seg**2, 1), jnp.float32)
-        super().__init__(cfg)
-        m = self.mj_model
-        self._car = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "car")
-        self._tyres = np.array([mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, f"tyre_{w}")
-                                for w in ("fl", "fr", "rl", "rr")])
-        self._steer_act = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, "steering")
-        self._drive_act = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, "throttle")
+
+    # Model indices, cached on first use.
+    @functools.cached_property
+    def _car(self) -> int:
+        return mujoco.mj_name2id(self.mj_model, mujoco.mjtObj.mjOBJ_BODY, "car")
+
+    @functools.cached_property
+    def _tyres(self) -> np.ndarray:
+        return np.array([mujoco.mj_name2id(self.mj_model, mujoco.mjtObj.mjOBJ_GEOM, f"tyre_{w}")
+                         for w in ("fl", "fr", "rl", "rr")])
+
+    @functools.cached_property
+    def _steer_act(self) -> int:
+        return mujoco.mj_name2id(self.mj_model, mujoco.mjtObj.mjOBJ_ACTUATOR, "steering")
+
+    @functools.cached_property
+    def _drive_act(self) -> int:
+        return mujoco.mj_name2id(self.mj_model, mujoco.mjtObj.mjOBJ_ACTUATOR, "throttle")
 
     @property
     def num_checkpoints(self) -> int:
@@ -300,10 +311,8 @@ class RcCarTrack(Task):
     def randomize(self, key):
         """Tyre friction, the car's mass, motor strength and steering gain of a new episode.
 
-        The mass scale multiplies every body's mass and inertia and the joints' armature, so the mass
-        matrix scales exactly and the constraint weights derived from it (`*_invweight0`) scale by its
-        inverse: they are returned too, because MJX reads them from the model as they are, while the C
-        backend recomputes them (`mj_setConst`); both then agree.
+        The mass scale multiplies every body's mass and inertia and the joints' armature, so the whole
+        mass matrix scales (the constraint weights derived from it follow: `sim.randomization`).
         """
         k1, k2, k3, k4 = jax.random.split(key, 4)
         m = self.mj_model
@@ -314,9 +323,7 @@ class RcCarTrack(Task):
                 .at[self._drive_act, 0].multiply(jax.random.uniform(k3, (), minval=0.8, maxval=1.2))
                 .at[self._steer_act, 0].multiply(jax.random.uniform(k4, (), minval=0.85, maxval=1.15)))
         scaled = {k: jnp.asarray(getattr(m, k)) * mass for k in ("body_mass", "body_inertia", "dof_armature")}
-        inverse = {k: jnp.asarray(getattr(m, k)) / mass
-                   for k in ("body_invweight0", "dof_invweight0", "tendon_invweight0")}
-        return {"geom_friction": friction, "actuator_gainprm": gain, **scaled, **inverse}
+        return {"geom_friction": friction, "actuator_gainprm": gain, **scaled}
 
     def _dr_scales(self, info) -> jax.Array:
         dr = info["dr"]

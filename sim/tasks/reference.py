@@ -127,13 +127,13 @@ REFERENCE_POLICIES: dict[str, Policy] = {
 
 
 def scripted_policy(task: str) -> Policy | None:
-    """The scripted reference controller of `task`: from `REFERENCE_POLICIES`, or the task class's
+    """The scripted reference controller of `task`: from `REFERENCE_POLICIES`, or the registry's
     `reference_policy` ("module:function"); None if the task's reference is a trained checkpoint."""
     if task in REFERENCE_POLICIES:
         return REFERENCE_POLICIES[task]
-    from sim.tasks import get_task_class
+    from sim.tasks import spec
 
-    path = get_task_class(task).reference_policy
+    path = spec(task).reference_policy
     if not path:
         return None
     module, _, attr = path.partition(":")
