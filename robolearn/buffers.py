@@ -9,7 +9,8 @@ and the anchors' buffers often do not:
 - a time-out (truncation) bootstraps from that final observation; only a termination cuts the
   bootstrap (`discount = 0`);
 - n-step returns stop at the end of an episode and at the newest transition, and the discount of
-  the bootstrap is gamma^k for the k steps actually summed.
+  the bootstrap is gamma^k for the k steps actually summed; k comes with the batch (`steps`), so a
+  learner can shape every summed reward (a per-step reward bias), not just the sum.
 
 `sample_mixed` draws one batch from an online and an offline buffer at a fixed ratio (RLPD's
 symmetric 50/50 sampling; ratio 0 reproduces WSRL's no-retention fine-tuning).
@@ -71,8 +72,36 @@ class ReplayBuffer:
         self.ptr = (i + 1) % self.steps
         self.filled = min(self.filled + 1, self.steps)
 
+    def extend(self, obs: dict[str, torch.Tensor], actions: torch.Tensor, rewards: torch.Tensor,
+               next_obs: dict[str, torch.Tensor], terminated: torch.Tensor, truncated: torch.Tensor,
+               after_gap: bool = False) -> None:
+        """Store T consecutive steps of every env at once (leading dims `[T, num_envs]`), as T calls of `add`.
+
+        For a lane fed in chunks (a robot's transition batches in a one-env buffer). `after_gap`: these steps do
+        not continue the newest stored ones (data was lost in between), so those are closed as truncated first
+        and no n-step return spans the gap. Of more than `steps` steps only the newest `steps` stay.
+        """
+        t = actions.shape[0]
+        if actions.shape[1:] != (self.num_envs, self.num_actions):
+            raise ConfigError(f"expected actions of shape [T, {self.num_envs}, {self.num_actions}], "
+                              f"got {list(actions.shape)}")
+        if after_gap and self.filled:
+            self.dones[(self.ptr - 1) % self.steps] = True
+        skip = max(0, t - self.steps)  # overwritten within this call anyway
+        slots = (self.ptr + skip + torch.arange(t - skip, device=self.device)) % self.steps
+        for k in self.obs_dims:
+            self.obs[k][slots] = obs[k][skip:].to(self.device)
+            self.next_obs[k][slots] = next_obs[k][skip:].to(self.device)
+        self.actions[slots] = actions[skip:].to(self.device)
+        self.rewards[slots] = rewards[skip:].to(self.device)
+        self.terminated[slots] = terminated[skip:].to(self.device).bool()
+        self.dones[slots] = (terminated[skip:].bool() | truncated[skip:].bool()).to(self.device)
+        self.ptr = (self.ptr + t) % self.steps
+        self.filled = min(self.filled + t, self.steps)
+
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, Any]:
-        """A uniform batch: `obs`, `actions`, `rewards` (n-step sums), `next_obs`, `discount` (gamma^k or 0)."""
+        """A uniform batch: `obs`, `actions`, `rewards` (n-step sums), `next_obs`, `discount` (gamma^k or 0)
+        and `steps` (k, the number of rewards summed, as floats)."""
         if self.filled == 0:
             raise ConfigError("cannot sample from an empty replay buffer")
         flat = torch.randint(0, self.filled * self.num_envs, (batch_size,), generator=generator,
@@ -83,15 +112,20 @@ class ReplayBuffer:
         if self.n_step == 1:
             last, rewards = slot, self.rewards[slot, env]
             discount = self.gamma * (~self.terminated[slot, env]).float()
+            steps = torch.ones_like(rewards)
         else:
-            rewards, last, discount = self._n_step(slot, age, env)
+            rewards, last, discount, steps = self._n_step(slot, age, env)
         return {"obs": {k: v[slot, env] for k, v in self.obs.items()}, "actions": self.actions[slot, env],
                 "rewards": rewards, "next_obs": {k: v[last, env] for k, v in self.next_obs.items()},
-                "discount": discount}
+                "discount": discount, "steps": steps}
 
     def _n_step(self, slot: torch.Tensor, age: torch.Tensor, env: torch.Tensor):
-        """Sum up to n rewards along each env's timeline, stopping after a done or at the newest slot."""
+        """Sum up to n rewards along each env's timeline, stopping after a done or at the newest slot.
+
+        Returns the sums, the slot of the last summed step, the bootstrap discount and the count k.
+        """
         rewards = torch.zeros(slot.shape, device=self.device)
+        steps = torch.zeros(slot.shape, device=self.device)
         scale = torch.ones(slot.shape, device=self.device)
         last = slot.clone()
         active = torch.ones(slot.shape, dtype=torch.bool, device=self.device)
@@ -100,11 +134,12 @@ class ReplayBuffer:
             s = (slot + k) % self.steps
             active = active & (age + k < self.filled)
             rewards = rewards + torch.where(active, scale * self.rewards[s, env], 0.0)
+            steps = steps + active.float()
             last = torch.where(active, s, last)
             terminated = torch.where(active, self.terminated[s, env], terminated)
             scale = torch.where(active, scale * self.gamma, scale)
             active = active & ~self.dones[s, env]
-        return rewards, last, scale * (~terminated).float()
+        return rewards, last, scale * (~terminated).float(), steps
 
     # --- persistence (travels in the trainer state of a checkpoint: safetensors, never pickle) -----
     def state_dict(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

@@ -167,19 +167,20 @@ def _updates(learner: SAC, steps: int) -> dict[str, float]:
         batch = {"obs": {"policy": torch.randn(16, 5, generator=data)},
                  "next_obs": {"policy": torch.randn(16, 5, generator=data)},
                  "actions": torch.rand(16, 2, generator=data) * 2 - 1, "rewards": torch.randn(16, generator=data),
-                 "discount": torch.full((16,), 0.99)}
+                 "steps": torch.randint(1, 4, (16,), generator=data).float(), "discount": torch.full((16,), 0.99)}
         stats = learner.update_critic(batch, g)
     return {k: float(v) for k, v in stats.items()}
 
 
 @pytest.mark.parametrize("cls, config", [(SAC, SACConfig), (TD3, TD3Config)])
 def test_compiled_update_matches_eager(cls, config):
-    """`compile=True` runs the same update (same draws, same math) as one traced graph per step kind."""
+    """`compile=True` runs the same update (same draws, same math) as one traced graph per step kind,
+    n-step reward shaping (`steps`, `reward_bias`) and each class's default `actor_q` included."""
     learners = []
     for compiled in (False, True):
         torch.manual_seed(0)
         cfg = config(actor_hidden=(16,), critic_hidden=(16,), num_critics=3, critic_layer_norm=True,
-                     actor_every=2, compile=compiled)
+                     actor_every=2, n_step=3, reward_scale=0.5, reward_bias=0.3, compile=compiled)
         learners.append(cls(5, 5, 2, cfg))
     eager, compiled = (_updates(learner, 4) for learner in learners)
     assert eager.keys() == compiled.keys() and "actor_loss" in eager

@@ -1,18 +1,19 @@
-"""The learner process of real-world RL: SAC on the transitions robots send, parameters back every few seconds.
+"""The learner process of real-world RL: off-policy training on the transitions robots send, parameters back.
 
-    ROBOLEARN_TOKEN=... robolearn learner run_dir=runs/car algo=serl port=50051 host=0.0.0.0 publish_s=2
+    ROBOLEARN_TOKEN=... robolearn learner run_dir=runs/car algo=serl algo.offline_data=demos host=0.0.0.0
 
-`Learner` takes transition batches from a `LearnerServer` into a robolearn `ReplayBuffer`, runs SAC critic
-updates at the algorithm's update-to-data ratio once ``learning_starts`` transitions arrived, and publishes the
-actor's parameters (``actor.*`` of the SAC actor, the key layout of a deployable checkpoint) every
-``publish_interval`` seconds when they changed (FastRLAP 2 s, LeRobot 4 s) and as soon as the networks exist.
-It checkpoints with robolearn's atomic checkpoint format (networks, optimizers, replay buffer, counters,
-parameter version) and resumes from ``run_dir/checkpoints/latest``, so a learner killed and restarted continues
-its versions and data (minus what arrived after its last checkpoint).
+`Learner` is robolearn's off-policy learner (`robolearn.runners.off_policy.OffPolicyLearner`: the update
+schedule, `sample_mixed` with the offline data at ``algo.offline_ratio``, checkpoints) fed by a `LearnerServer`
+instead of a VecEnv. Each actor (robot) gets its own replay lane (`ActorLanes`), appended in the order it sent
+its transitions, so n-step returns stay inside one robot's episodes. The actor's parameters (``actor.*``, the
+key layout of a deployable checkpoint) are published every ``publish_s`` seconds when they changed (FastRLAP
+2 s, LeRobot 4 s) and as soon as the networks exist. Checkpoints go to ``run_dir/checkpoints/latest`` every
+``checkpoint_s`` seconds and at exit; a learner started on a run directory with one resumes it, so a learner
+killed and restarted continues its parameter versions and data (minus what arrived after its last checkpoint).
 
-The SAC settings come from the algo presets (``configs/algo/<algo>.yaml``, with ``algo.<key>=`` overrides; a
-resumed run keeps its checkpoint's); the observation and action sizes from ``obs_dim``/``num_actions``, the
-first batch, or the checkpoint.
+The SAC settings come from the algo presets (``configs/algo/<recipe>.yaml``, ``algo.<key>=`` overrides, as in
+training; a resumed run keeps its checkpoint's); the observation and action sizes from ``obs_dim`` and
+``num_actions``, the offline data, the checkpoint or the first batch.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,68 +36,273 @@ from real.rl.link import LearnerServer, TransitionBatch
 from robolearn import checkpoint
 from robolearn.algos.sac import SAC, SACConfig
 from robolearn.buffers import ReplayBuffer
+from robolearn.config import ALGORITHMS, OffPolicyRunConfig, algo_config
 from robolearn.errors import CheckpointError, ConfigError
+from robolearn.runners.off_policy import Means, OffPolicyLearner
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "checkpoints/latest"
+IDLE_S = 30.0  # an actor silent this long gives up its lane to a new actor when all lanes are taken
 
 
-def policy_config(sac: SAC) -> dict[str, Any]:
-    """What an actor needs to build the policy network the published parameters fit."""
-    return dict(sac.config)
+@dataclasses.dataclass
+class LearnerConfig:
+    """`robolearn learner`: SAC on the transitions robots send over the link, its parameters sent back."""
+
+    run_dir: str | None = None      # required: checkpoints and learner.json; a checkpoint there is resumed
+    host: str = "127.0.0.1"         # interface to listen on (0.0.0.0: every interface)
+    port: int = 50051
+    token_file: str | None = None   # the shared secret's file; default: the ROBOLEARN_TOKEN environment variable
+    publish_s: float = 2.0          # seconds between parameter publications (only when the parameters changed)
+    checkpoint_s: float = 60.0      # seconds between checkpoints (one more at exit)
+    duration: float | None = None   # seconds to run; null: until Ctrl-C or SIGTERM
+    device: str = "cpu"             # the learner's torch device
+    seed: int = 0
+    obs_dim: int | None = None      # with num_actions: build and publish a policy before any data arrives
+    num_actions: int | None = None  # (otherwise the sizes come from the offline data, checkpoint or first batch)
+    max_actors: int = 1             # robots sending at once: one replay lane each, algo.buffer_size split evenly
+    max_updates_per_step: int = 64  # critic updates between intakes of data, so intake and publication stay timely
+    algo: Any = None                # the algo group: a SAC recipe; algo.offline_data mixes in demos at offline_ratio
+    env: dict[str, Any] = dataclasses.field(default_factory=dict)  # unused: the algo presets' env.num_envs (sim)
+
+    def read_token(self) -> str:
+        """The link's shared secret: the file ``token_file``, else the ROBOLEARN_TOKEN environment variable."""
+        token = Path(self.token_file).read_text().strip() if self.token_file else os.environ.get("ROBOLEARN_TOKEN", "")
+        if not token:
+            raise ConfigError("the learner needs a shared secret: set ROBOLEARN_TOKEN or token_file=<file>")
+        return token
+
+
+def sac_recipe(algo: Mapping[str, Any] | None) -> tuple[SACConfig, OffPolicyRunConfig]:
+    """The SAC settings and the off-policy run settings (``offline_data``) of a composed ``algo`` group."""
+    algo = dict(algo or {"name": "sac"})
+    if algo.get("name") != "sac":
+        raise ConfigError(f"the real-world learner runs SAC recipes (algo=sac|redq|rlpd|serl|wsrl), "
+                          f"not {algo.get('recipe', algo.get('name'))}")  # fmt: skip
+    return algo_config(algo)
+
+
+def _register_algo_group() -> None:
+    """Let `configs/learner.yaml` compose the algo presets, whose defaults name ``/algo/<name>_schema``
+    (`robolearn.config` registers those schemas only when it composes `train`)."""
+    from hydra.core.config_store import ConfigStore
+
+    for name, (schema, _, _) in ALGORITHMS.items():
+        ConfigStore.instance().store(group="algo", name=f"{name}_schema", node=schema)
+
+
+_register_algo_group()
+
+
+class ActorLanes:
+    """The learner's online replay buffer: one lane, a one-env `ReplayBuffer`, per actor.
+
+    A lane holds one robot's transitions in the order it sent them, so n-step returns walk along that robot's
+    episodes only. Where its stream has a gap (transitions the actor dropped, lost with a killed learner, or a
+    new actor taking over the lane) the step before the gap is closed as truncated: a gap is a step whose next
+    observation is not the next step's observation although its episode did not end. `sample` draws uniformly
+    over every lane's transitions. Lanes are made as actors appear, up to `max_actors`, with
+    ``capacity // max_actors`` slots each; when all are taken, a new actor takes the lane of an actor silent
+    for `IDLE_S` seconds (an actor restarted under a new id), or its transitions are refused.
+    """
+
+    def __init__(self, capacity: int, max_actors: int, obs_dim: int, num_actions: int,
+                 device: str | torch.device = "cpu", n_step: int = 1, gamma: float = 0.99) -> None:  # fmt: skip
+        if max_actors < 1 or capacity < max_actors:
+            raise ConfigError(f"need 1 <= max_actors ({max_actors}) <= algo.buffer_size ({capacity})")
+        self.max_actors, self.lane_capacity = max_actors, capacity // max_actors
+        self.obs_dim, self.num_actions = obs_dim, num_actions
+        self.device, self.n_step, self.gamma = torch.device(device), n_step, gamma
+        self.lanes: list[ReplayBuffer] = []
+        self.actors: list[str] = []  # the actor id of each lane
+        self.last_seen: list[float] = []  # time.monotonic() of each lane's newest batch
+        self._handed_over: set[int] = set()  # lanes taken over by a new actor since its last batch
+        self.refused: dict[str, int] = {}  # transitions refused per actor (no lane free)
+        self.cuts = 0  # steps closed as truncated at a gap
+        self.clock = time.monotonic
+
+    def __len__(self) -> int:
+        return sum(len(lane) for lane in self.lanes)
+
+    def lane(self, actor: str) -> int | None:
+        """The lane of ``actor``: its own, a new one, or an idle actor's; None when every lane is busy."""
+        now = self.clock()
+        if actor in self.actors:
+            i = self.actors.index(actor)
+        elif len(self.lanes) < self.max_actors:
+            i = len(self.lanes)
+            self.lanes.append(ReplayBuffer(self.lane_capacity, 1, {"policy": self.obs_dim}, self.num_actions,
+                                           self.device, self.n_step, self.gamma))  # fmt: skip
+            self.actors.append(actor)
+            self.last_seen.append(now)
+            log.info("actor %s: replay lane %d of %d", actor, i, self.max_actors)
+        else:
+            i = min(range(len(self.lanes)), key=self.last_seen.__getitem__)
+            if now - self.last_seen[i] < IDLE_S:
+                if actor not in self.refused:
+                    log.error("actor %s refused: all max_actors=%d replay lanes are in use (actors %s); its "
+                              "transitions are dropped. Raise max_actors= (each robot needs a lane)",
+                              actor, self.max_actors, self.actors)  # fmt: skip
+                    self.refused[actor] = 0
+                return None
+            log.warning("actor %s takes over replay lane %d of actor %s, silent for %.0f s", actor, i,
+                        self.actors[i], now - self.last_seen[i])  # fmt: skip
+            self.actors[i] = actor
+            self._handed_over.add(i)
+        self.last_seen[i] = now
+        return i
+
+    def add(self, actor: str, batch: Mapping[str, torch.Tensor]) -> bool:
+        """Append a batch of ``actor``'s transitions (`codec.TRANSITION_FIELDS`, in time order) to its lane;
+        False when it has none (refused)."""
+        i = self.lane(actor)
+        if i is None:
+            self.refused[actor] += len(batch["rewards"])
+            return False
+        obs, next_obs, terminated = batch["obs"], batch["next_obs"], batch["terminated"].bool()
+        truncated = batch["truncated"].bool().clone()
+        done = terminated | truncated
+        jump = ~done[:-1] & (next_obs[:-1] != obs[1:]).any(dim=1)  # a step missing between two of this batch
+        truncated[:-1] |= jump
+        lane = self.lanes[i]
+        gap = len(lane) > 0 and (i in self._handed_over or not _continues(lane, obs[0]))
+        lane.extend({"policy": obs[:, None]}, batch["actions"][:, None], batch["rewards"][:, None],
+                    {"policy": next_obs[:, None]}, terminated[:, None], truncated[:, None], after_gap=gap)  # fmt: skip
+        self._handed_over.discard(i)
+        self.cuts += int(jump.sum()) + int(gap)
+        return True
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, Any]:
+        """A batch drawn uniformly over all lanes' transitions (`ReplayBuffer.sample`'s fields)."""
+        lanes = [lane for lane in self.lanes if len(lane)]
+        if not lanes:
+            raise ConfigError("cannot sample from an empty replay buffer")
+        if len(lanes) == 1:
+            return lanes[0].sample(batch_size, generator)
+        sizes = [len(lane) for lane in lanes]
+        device = self.device if generator is None else generator.device
+        draws = torch.randint(sum(sizes), (batch_size,), generator=generator, device=device)
+        ends = torch.tensor(sizes, device=device).cumsum(0)
+        counts = torch.bincount(torch.searchsorted(ends, draws, right=True), minlength=len(lanes)).tolist()  # syncs
+        return _concat([lane.sample(n, generator) for lane, n in zip(lanes, counts, strict=True) if n])
+
+    def state_dict(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Every lane's tensors (under ``<lane>/``) and the layout: lane capacity, actors, lane metadata."""
+        tensors: dict[str, torch.Tensor] = {}
+        lanes = []
+        for i, lane in enumerate(self.lanes):
+            t, m = lane.state_dict()
+            tensors.update({f"{i}/{k}": v for k, v in t.items()})
+            lanes.append(m)
+        meta = {"max_actors": self.max_actors, "lane_capacity": self.lane_capacity, "actors": list(self.actors),
+                "lanes": lanes, "cuts": self.cuts}  # fmt: skip
+        return tensors, meta
+
+    def load_state_dict(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        """Take the saved lanes and layout (max_actors, lane capacity); a robot's next batch is checked against its
+        lane's newest step as before, so data lost in between (a killed learner) is a gap."""
+        self.max_actors, self.lane_capacity, self.cuts = meta["max_actors"], meta["lane_capacity"], meta["cuts"]
+        self.lanes, self.actors, self.last_seen, self._handed_over = [], [], [], set()
+        for i, actor in enumerate(meta["actors"]):
+            self.lane(actor)
+            self.lanes[i].load_state_dict({k[len(f"{i}/"):]: v for k, v in tensors.items() if k.startswith(f"{i}/")},
+                                          meta["lanes"][i])  # fmt: skip
+
+
+def _continues(lane: ReplayBuffer, obs: torch.Tensor) -> bool:
+    """Whether a step from ``obs`` follows the lane's newest step (or that step ended its episode)."""
+    newest = (lane.ptr - 1) % lane.steps
+    return bool(lane.dones[newest, 0]) or torch.equal(lane.next_obs["policy"][newest, 0].cpu(), obs)
+
+
+def _concat(parts: list[Any]) -> Any:
+    if isinstance(parts[0], dict):
+        return {k: _concat([p[k] for p in parts]) for k in parts[0]}
+    return torch.cat(parts, 0)
 
 
 class Learner:
-    """SAC fed by a `LearnerServer`. Call `step` in a loop (or `run`).
+    """The off-policy learner fed by a `LearnerServer`. Call `step` in a loop (or `run`).
 
     Args:
         server: a started server.
-        obs_dim, num_actions: build (and publish) the networks at once; otherwise on the first batch.
-        run_dir: where checkpoints (and the resolved config) go; an existing checkpoint is resumed.
-        sac_config: the SAC settings (batch size, UTD, learning_starts, buffer_size, ...).
-        publish_interval, checkpoint_interval: seconds between parameter publications / checkpoints.
-        max_updates_per_step: cap on critic updates per `step`, so publication and intake stay timely.
+        cfg: the learner's settings (`LearnerConfig`; ``run_dir`` is required).
     """
 
-    def __init__(self, server: LearnerServer, run_dir: str | Path, sac_config: SACConfig | None = None,
-                 device: str = "cpu", publish_interval: float = 2.0, checkpoint_interval: float = 60.0,
-                 max_updates_per_step: int = 64, seed: int = 0, save_buffer: bool = True,
-                 obs_dim: int | None = None, num_actions: int | None = None) -> None:  # fmt: skip
-        self.server, self.run_dir = server, Path(run_dir)
-        self.cfg = sac_config or SACConfig()
-        self.cfg.validate()
-        self.device, self.seed, self.save_buffer = device, seed, save_buffer
-        self.publish_interval, self.checkpoint_interval = publish_interval, checkpoint_interval
-        self.max_updates_per_step = max_updates_per_step
-        self.generator = torch.Generator(device=device).manual_seed(seed)
-        self.sac: SAC | None = None
-        self.buffer: ReplayBuffer | None = None
-        self.transitions = 0  # received in total (across restarts)
-        self.updates = 0
-        self.update_debt = 0.0
+    def __init__(self, server: LearnerServer, cfg: LearnerConfig) -> None:
+        if not cfg.run_dir:
+            raise ConfigError("learner needs run_dir=<dir>")
+        if cfg.max_updates_per_step < 1:
+            raise ConfigError(f"max_updates_per_step must be >= 1, got {cfg.max_updates_per_step}")
+        self.server, self.cfg, self.run_dir = server, cfg, Path(cfg.run_dir)
+        self.sac_cfg, run_cfg = sac_recipe(cfg.algo)
+        self.generator = torch.Generator(device=cfg.device).manual_seed(cfg.seed)
+        self.off_policy: OffPolicyLearner | None = None  # built once the observation and action sizes are known
+        self.transitions = 0  # received and stored in total (across restarts)
         self._last_publish = self._last_checkpoint = time.monotonic()
         self._published_updates = -1  # updates at the last publication (nothing new: no new version)
+        self._offline_episodes = None
+        sizes = (cfg.obs_dim, cfg.num_actions) if cfg.obs_dim and cfg.num_actions else None
+        if run_cfg.offline_data:
+            from robolearn.data.episodes import load_episodes
+
+            self._offline_episodes, _ = load_episodes(run_cfg.offline_data)
+            first = self._offline_episodes[0]
+            sizes = sizes or (first.observations.shape[1], first.actions.shape[1])
         if (self.run_dir / CHECKPOINT).is_dir():
             self.restore(self.run_dir / CHECKPOINT)
-        elif obs_dim and num_actions:  # known sizes: publish a first policy before any data arrives
-            self._build(obs_dim, num_actions)
+        elif sizes:  # known sizes: publish a first policy before any data arrives
+            self._build(*sizes)
             self.publish()
+
+    @property
+    def sac(self) -> SAC | None:
+        return None if self.off_policy is None else self.off_policy.algo
+
+    @property
+    def buffer(self) -> ActorLanes | None:
+        return None if self.off_policy is None else self.off_policy.buffer
+
+    @property
+    def updates(self) -> int:
+        return 0 if self.off_policy is None else self.off_policy.updates
 
     # --- networks ----------------------------------------------------------------------------------------
 
     def _build(self, obs_dim: int, num_actions: int) -> None:
-        torch.manual_seed(self.seed)
-        self.sac = SAC(obs_dim, obs_dim, num_actions, self.cfg, self.device)
-        self.buffer = ReplayBuffer(self.cfg.buffer_size, 1, {"policy": obs_dim}, num_actions, self.device,
-                                   self.cfg.n_step, self.cfg.gamma)  # fmt: skip
+        torch.manual_seed(self.cfg.seed)
+        cfg, device = self.sac_cfg, self.cfg.device
+        sac = SAC(obs_dim, obs_dim, num_actions, cfg, device)
+        lanes = ActorLanes(cfg.buffer_size, self.cfg.max_actors, obs_dim, num_actions, device, cfg.n_step, cfg.gamma)
+        self.off_policy = OffPolicyLearner(sac, lanes, self._offline_buffer(obs_dim, num_actions), self.generator)
         log.info("SAC built for %d observations, %d actions", obs_dim, num_actions)
+
+    def _offline_buffer(self, obs_dim: int, num_actions: int) -> ReplayBuffer | None:
+        """The offline episodes (``algo.offline_data``) as a replay buffer, mixed in at ``algo.offline_ratio``."""
+        if self._offline_episodes is None:
+            if self.sac_cfg.offline_ratio > 0:
+                log.warning("offline_ratio %s but no algo.offline_data: every batch is online",
+                            self.sac_cfg.offline_ratio)
+            return None
+        from robolearn.data.episodes import to_replay_buffer
+
+        first = self._offline_episodes[0]
+        data = (first.observations.shape[1], first.actions.shape[1])
+        if data != (obs_dim, num_actions):
+            raise ConfigError(f"offline data has {data[0]} observations and {data[1]} actions; the learner's policy "
+                              f"has {obs_dim} and {num_actions}")  # fmt: skip
+        buffer = to_replay_buffer(self._offline_episodes, device=str(self.cfg.device), n_step=self.sac_cfg.n_step,
+                                  gamma=self.sac_cfg.gamma)  # fmt: skip
+        log.info("offline data: %d transitions from %d episodes, mixed in at %s", len(buffer),
+                 len(self._offline_episodes), self.sac_cfg.offline_ratio)  # fmt: skip
+        return buffer
 
     def publish(self) -> int | None:
         """Publish the actor's parameters now; returns their version, or None when they hold NaN/inf (then the
         robots keep acting with the last good version; the error is logged)."""
         state = {f"actor.{k}": v for k, v in self.sac.actor.state_dict().items()}
-        meta = {"policy": policy_config(self.sac), "transitions": self.transitions, "updates": self.updates}
+        meta = {"policy": self.sac.config, "transitions": self.transitions, "updates": self.updates}
         self._last_publish, self._published_updates = time.monotonic(), self.updates
         try:
             version = self.server.publish_parameters(state, meta)
@@ -108,46 +315,35 @@ class Learner:
     # --- the loop ----------------------------------------------------------------------------------------
 
     def step(self, timeout: float = 0.05) -> dict[str, float]:
-        """Take what arrived, update, and publish / checkpoint when due. Returns the update statistics."""
-        for batch in self.server.get_batches(timeout=timeout if self._idle() else None):
+        """Take what arrived, update, and publish / checkpoint when due. Returns the mean update statistics."""
+        idle = self.off_policy is None or self.off_policy.update_debt < 1
+        for batch in self.server.get_batches(timeout=timeout if idle else None):
             self._ingest(batch)
-        stats: dict[str, torch.Tensor] = {}
-        if self.sac is None:
+        if self.off_policy is None:
             return {}
-        if len(self.buffer) >= max(self.cfg.learning_starts, 1):
-            n = min(int(self.update_debt), self.max_updates_per_step)
-            for _ in range(n):
-                stats = self.sac.update_critic(self.buffer.sample(self.cfg.batch_size, self.generator), self.generator)
-            self.update_debt -= n
-            self.updates += n
+        stats = Means()
+        self.off_policy.update(stats, limit=self.cfg.max_updates_per_step)
         now = time.monotonic()
-        if now - self._last_publish >= self.publish_interval and self.updates != self._published_updates:
+        if now - self._last_publish >= self.cfg.publish_s and self.updates != self._published_updates:
             self.publish()
-        if now - self._last_checkpoint >= self.checkpoint_interval:
+        if now - self._last_checkpoint >= self.cfg.checkpoint_s:
             self.save()
-        return {k: float(v) for k, v in stats.items()}
-
-    def _idle(self) -> bool:
-        return self.sac is None or len(self.buffer) < self.cfg.learning_starts or self.update_debt < 1
+        return stats.means()
 
     def _ingest(self, batch: TransitionBatch) -> None:
         t = {k: torch.from_numpy(v.copy()) for k, v in batch.tensors.items()}
         obs_dim, num_actions = t["obs"].shape[1], t["actions"].shape[1]
-        if self.sac is None:
+        if self.off_policy is None:
             self._build(obs_dim, num_actions)
             self.publish()
-        if (obs_dim, num_actions) != (self.buffer.obs_dims["policy"], self.buffer.num_actions):
+        lanes = self.off_policy.buffer
+        if (obs_dim, num_actions) != (lanes.obs_dim, lanes.num_actions):
             log.error("dropping %d transitions of %s with %d observations / %d actions (learner: %d / %d)",
-                      batch.size, batch.peer, obs_dim, num_actions, self.buffer.obs_dims["policy"],
-                      self.buffer.num_actions)  # fmt: skip
+                      batch.size, batch.peer, obs_dim, num_actions, lanes.obs_dim, lanes.num_actions)  # fmt: skip
             return
-        for i in range(batch.size):
-            self.buffer.add({"policy": t["obs"][i : i + 1]}, t["actions"][i : i + 1], t["rewards"][i : i + 1],
-                            {"policy": t["next_obs"][i : i + 1]}, t["terminated"][i : i + 1],
-                            t["truncated"][i : i + 1])  # fmt: skip
-        self.transitions += batch.size
-        past_start = min(batch.size, self.transitions - self.cfg.learning_starts)  # transitions after the warm-up
-        self.update_debt += max(0, past_start) * self.cfg.utd_ratio
+        if lanes.add(str(batch.meta.get("actor_id") or batch.peer), t):
+            self.transitions += batch.size
+            self.off_policy.collected(batch.size, self.transitions)
 
     def run(self, stop: threading.Event | None = None, duration: float | None = None) -> None:
         """Step until ``stop`` is set or ``duration`` seconds passed; checkpoints at the end."""
@@ -157,53 +353,36 @@ class Learner:
             while not stop.is_set() and (end is None or time.monotonic() < end):
                 self.step()
         finally:
-            if self.sac is not None:
+            if self.off_policy is not None:
                 self.save()
 
     # --- checkpoints -------------------------------------------------------------------------------------
 
     def save(self, path: str | Path | None = None) -> Path:
-        """Atomically checkpoint networks, optimizers, (buffer), counters and the parameter version."""
-        path = Path(path or self.run_dir / CHECKPOINT)
-        tensors: dict[str, torch.Tensor] = {}
-        optimizers = {}
-        for name, opt in self.sac.optimizers.items():
-            flat, meta = checkpoint.flatten_optimizer(opt)
-            tensors.update({f"{name}/{k}": v for k, v in flat.items()})
-            optimizers[name] = meta
-        meta = {"optimizers": optimizers, "transitions": self.transitions, "updates": self.updates,
-                "update_debt": self.update_debt, "critic_updates": self.sac.critic_updates,
-                "version": self.server.version}  # fmt: skip
-        if self.save_buffer:
-            buffer_tensors, meta["buffer"] = self.buffer.state_dict()
-            tensors.update({f"buffer/{k}": v for k, v in buffer_tensors.items()})
-        config = {"policy": policy_config(self.sac), "run": {"learner": "real.rl.learner", "seed": self.seed}}
-        out = checkpoint.save(path, config, self.sac.model_state(), tensors, meta)
+        """Atomically checkpoint (`OffPolicyLearner.save`) with the transitions received and parameter version."""
+        run = {"learner": "real.rl.learner", **{k: v for k, v in dataclasses.asdict(self.cfg).items() if k != "env"}}
+        meta = {"transitions": self.transitions, "version": self.server.version}
+        out = self.off_policy.save(Path(path or self.run_dir / CHECKPOINT), run, meta=meta)
         self._last_checkpoint = time.monotonic()
         return out
 
     def restore(self, path: str | Path) -> None:
-        """Continue from `save`: networks, optimizers, buffer, counters; versions continue after the saved one."""
-        config, model_state = checkpoint.load(path)
-        meta, tensors = checkpoint.load_trainer(path)
+        """Continue from `save` with the checkpoint's SAC settings and lanes; versions continue after the saved one."""
+        config, _ = checkpoint.load(path)
         policy = config.get("policy", {})
         if "sac" not in policy:
-            raise CheckpointError(f"{path} is not a SAC learner checkpoint")
-        self.cfg = SACConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in policy["sac"].items()})
+            raise CheckpointError(f"{path} is not a SAC learner checkpoint; give another run_dir=")
+        saved = SACConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in policy["sac"].items()})
+        if saved != self.sac_cfg:
+            changed = sorted(k for k, v in dataclasses.asdict(saved).items() if getattr(self.sac_cfg, k) != v)
+            log.warning("resuming %s with its own SAC settings; ignoring the new values of %s", path, changed)
+        self.sac_cfg = saved
         self._build(policy["obs_dim"], policy["num_actions"])
-        try:
-            self.sac.load_model_state(model_state)
-            for name, opt in self.sac.optimizers.items():
-                prefix = name + "/"
-                checkpoint.restore_optimizer(opt, {k[len(prefix):]: v for k, v in tensors.items()
-                                                   if k.startswith(prefix)}, meta["optimizers"][name])  # fmt: skip
-            if "buffer" in meta:
-                self.buffer.load_state_dict({k[7:]: v for k, v in tensors.items() if k.startswith("buffer/")},
-                                            meta["buffer"])  # fmt: skip
-        except (RuntimeError, KeyError) as e:
-            raise CheckpointError(f"checkpoint {path} does not fit this learner: {e}") from e
-        self.transitions, self.updates = meta["transitions"], meta["updates"]
-        self.update_debt, self.sac.critic_updates = meta["update_debt"], meta["critic_updates"]
+        _, meta = self.off_policy.restore(path)
+        if self.off_policy.buffer.max_actors != self.cfg.max_actors:
+            log.warning("resuming %s with its max_actors=%d (lanes of %d transitions); ignoring max_actors=%d", path,
+                        self.off_policy.buffer.max_actors, self.off_policy.buffer.lane_capacity, self.cfg.max_actors)
+        self.transitions = meta["transitions"]
         self.server.version = max(self.server.version, int(meta["version"]))
         log.info("resumed %s: %d transitions, %d updates, parameters v%d", path, self.transitions, self.updates,
                  self.server.version)  # fmt: skip
@@ -213,58 +392,23 @@ class Learner:
 # --- CLI ---------------------------------------------------------------------------------------------------
 
 
-def sac_config(algo: str = "sac", overrides: dict[str, str] | None = None) -> SACConfig:
-    """The SACConfig of an algo preset (configs/algo/<algo>.yaml) with ``key=value`` overrides."""
-    from robolearn.train import _off_policy_config, compose
-
-    if algo == "td3" or algo == "ppo":
-        raise ConfigError(f"the real-world learner runs SAC recipes (sac, redq, rlpd, serl, wsrl), not {algo}")
-    cfg = compose([f"algo={algo}", *(f"algo.{k}={v}" for k, v in (overrides or {}).items())])
-    return _off_policy_config(cfg["algo"])
-
-
-def read_token(opts: dict[str, str]) -> str:
-    """The shared secret from ``token=`` / ``token_file=`` in ``opts`` (removed from it) or ROBOLEARN_TOKEN."""
-    token = opts.pop("token", None) or os.environ.get("ROBOLEARN_TOKEN", "")
-    if "token_file" in opts:
-        token = Path(opts.pop("token_file")).read_text().strip()
-    if not token:
-        raise ConfigError("the learner needs a shared secret: set ROBOLEARN_TOKEN (or token_file=, token=)")
-    return token
-
-
-def cmd_learner(opts: dict[str, str]) -> int:
-    """``robolearn learner run_dir=<dir> [algo=sac] [algo.<key>=v] [port=50051] [host=127.0.0.1] [publish_s=2]
-    [checkpoint_s=60] [duration=s] [device=cpu] [seed=0] [obs_dim=D num_actions=A]``; the token from
-    ROBOLEARN_TOKEN or token_file=."""
-    opts = dict(opts)
-    token = read_token(opts)
-    overrides = {k[5:]: opts.pop(k) for k in [k for k in opts if k.startswith("algo.")]}
-    try:
-        run_dir = Path(opts.pop("run_dir"))
-        algo, host, device = opts.pop("algo", "sac"), opts.pop("host", "127.0.0.1"), opts.pop("device", "cpu")
-        port, seed = int(opts.pop("port", "50051")), int(opts.pop("seed", "0"))
-        publish_s, checkpoint_s = float(opts.pop("publish_s", "2")), float(opts.pop("checkpoint_s", "60"))
-        duration = float(opts.pop("duration", "0")) or None
-        obs_dim, num_actions = int(opts.pop("obs_dim", "0")) or None, int(opts.pop("num_actions", "0")) or None
-    except KeyError as e:
-        raise ConfigError("learner needs run_dir=<dir>") from e
-    except ValueError as e:
-        raise ConfigError(f"bad learner option: {e}") from e
-    if opts:
-        raise ConfigError(f"unknown learner options {sorted(opts)}; valid: run_dir, algo, algo.<key>, port, host, "
-                          "publish_s, checkpoint_s, duration, device, seed, obs_dim, num_actions, token_file")
+def cmd_learner(cfg: LearnerConfig) -> int:
+    """Learn from the robots' transitions until Ctrl-C, SIGTERM or `duration`, publishing parameters; resumes a
+    run directory that has a checkpoint. The token: ROBOLEARN_TOKEN or token_file=."""
+    token = cfg.read_token()
+    if not cfg.run_dir:
+        raise ConfigError("learner needs run_dir=<dir>")
+    sac_cfg, _ = sac_recipe(cfg.algo)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    cfg = sac_config(algo, overrides)
+    run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "learner.json").write_text(json.dumps({"algo": algo, "sac": dataclasses.asdict(cfg), "port": port,
-                                                      "host": host, "publish_s": publish_s}, indent=2))  # fmt: skip
+    resolved = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "env"}
+    (run_dir / "learner.json").write_text(json.dumps({**resolved, "sac": dataclasses.asdict(sac_cfg)}, indent=2))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with LearnerServer(token, port, host) as server:
-        learner = Learner(server, run_dir, cfg, device, publish_s, checkpoint_s, seed=seed, obs_dim=obs_dim,
-                          num_actions=num_actions)
-        print(f"learner on {host}:{server.port}, run_dir {run_dir}", flush=True)
-        learner.run(stop, duration)
+    with LearnerServer(token, cfg.port, cfg.host) as server:
+        learner = Learner(server, cfg)
+        print(f"learner on {cfg.host}:{server.port}, run_dir {run_dir}", flush=True)
+        learner.run(stop, cfg.duration)
     return 0

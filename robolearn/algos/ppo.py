@@ -39,8 +39,8 @@ class PPOConfig:
     desired_kl: float = 0.01
     max_grad_norm: float = 1.0
     normalize_advantages: bool = True
-    actor_hidden: tuple[int, ...] = (256, 256, 256)
-    critic_hidden: tuple[int, ...] = (256, 256, 256)
+    actor_hidden: tuple[int, ...] = (64, 64)
+    critic_hidden: tuple[int, ...] = (64, 64)
     activation: str = "elu"
     init_std: float = 1.0
     normalize_obs: bool = True

@@ -7,12 +7,14 @@ differ in details that are easy to get wrong; each one is a field of `SACConfig`
 
 - the TD target is the min over a random subset of M of the N target critics, drawn with
   replacement (SERL, WSRL) or without (REDQ, RLPD);
-- the actor maximises the min (SAC, WSRL) or the mean (REDQ, RLPD, SERL) over all critics;
+- the actor maximises the min (SAC, WSRL) or the mean (REDQ, RLPD, SERL) over all critics, or the
+  first critic alone (TD3's Q1);
 - LayerNorm on the critic and/or the actor; the MLP activation;
 - the update-to-data ratio (critic updates per environment transition) and how many critic updates
   come per actor and temperature update;
 - the entropy term in the backup on or off; target entropy -scale * |A|; temperature learned or fixed;
-- n-step returns; HL-Gauss classification critics instead of regression.
+- n-step returns (`reward_scale` and `reward_bias` apply to every step of the window, see
+  `shaped_rewards`); HL-Gauss classification critics instead of regression.
 
 Critics read the `"critic"` observation group when the environment has one (asymmetric
 actor-critic), the actor reads `"policy"`.
@@ -32,6 +34,36 @@ from robolearn.errors import ConfigError
 from robolearn.losses import HLGauss
 
 
+#: How the actor objective reduces the critic ensemble: the min or the mean over all N members, or the
+#: first member alone (TD3's Q1, Fujimoto et al. 2018).
+ACTOR_Q = ("min", "mean", "first")
+
+
+def actor_objective_q(q: torch.Tensor, how: str) -> torch.Tensor:
+    """[B] the Q the actor maximises, from the ensemble's [N, B] values; `how` is one of `ACTOR_Q`.
+
+    "first" differentiates through critic 0 only, as the original TD3's `critic.Q1(s, actor(s))`.
+    """
+    if how == "first":
+        return q[0]
+    return q.min(0).values if how == "min" else q.mean(0)
+
+
+def shaped_rewards(rewards: torch.Tensor, steps: torch.Tensor, gamma: float, scale: float, bias: float
+                   ) -> torch.Tensor:
+    """The discounted sum of shaped rewards, sum_{i<k} gamma^i (scale * r_i + bias), from the buffer's sums.
+
+    The replay buffer returns R = sum_{i<k} gamma^i r_i over the k <= n steps it summed (fewer at an
+    episode end or the newest step) and k as `steps`. A bias added once per sample would shift an
+    n-step target by `bias` instead of bias * (1 - gamma^k) / (1 - gamma): the per-step shaping the
+    1-step target has. SAC and TD3, eager and compiled, all build their TD targets with this.
+    """
+    if bias == 0.0:
+        return rewards * scale
+    weight = steps if gamma == 1.0 else (1.0 - torch.pow(gamma, steps)) / (1.0 - gamma)
+    return rewards * scale + bias * weight
+
+
 @dataclasses.dataclass
 class SACConfig:
     # networks
@@ -44,7 +76,7 @@ class SACConfig:
     num_critics: int = 2          # N
     num_min_critics: int = 2      # M: the TD target is the min over M of the N target critics
     subset_replace: bool = False  # draw the M with replacement (SERL, WSRL) or without (REDQ, RLPD)
-    actor_q: str = "min"          # "min" or "mean" over all N critics in the actor objective
+    actor_q: str = "min"          # the actor objective's Q: one of ACTOR_Q (see `actor_objective_q`)
     # optimisation
     actor_lr: float = 3e-4
     critic_lr: float = 3e-4
@@ -80,8 +112,8 @@ class SACConfig:
         if self.num_min_critics < 1 or (not self.subset_replace and self.num_min_critics > self.num_critics):
             raise ConfigError(f"num_min_critics ({self.num_min_critics}) must be in [1, num_critics "
                               f"({self.num_critics})] when drawn without replacement")
-        if self.actor_q not in ("min", "mean"):
-            raise ConfigError(f"actor_q must be 'min' or 'mean', got {self.actor_q!r}")
+        if self.actor_q not in ACTOR_Q:
+            raise ConfigError(f"actor_q must be one of {', '.join(map(repr, ACTOR_Q))}, got {self.actor_q!r}")
         if self.utd_ratio <= 0 or self.actor_every < 0 or self.batch_size < 1:
             raise ConfigError("need utd_ratio > 0, actor_every >= 0 and batch_size >= 1")
         if not 0.0 <= self.offline_ratio <= 1.0:
@@ -277,7 +309,10 @@ class SAC:
         self._ensure_adam_state()  # a restore may have replaced it with an empty state
         next_policy = batch["next_obs"]["policy"]
         noise, idx = self._noise(next_policy.shape[0], generator), self._subset(generator)
-        stats = self._critic_update(self.critic_obs(batch["obs"]), batch["actions"], batch["rewards"],
+        rewards = batch["rewards"]
+        steps = batch.get("steps")  # rewards summed per sample (n-step); a batch without it holds 1-step rewards
+        steps = torch.ones_like(rewards) if steps is None else steps
+        stats = self._critic_update(self.critic_obs(batch["obs"]), batch["actions"], rewards, steps,
                                     batch["discount"], next_policy, self.critic_obs(batch["next_obs"]), noise, idx)
         self.critic_updates += 1
         if self.critic_updates % self.actor_period == 0:
@@ -285,8 +320,8 @@ class SAC:
         return stats
 
     def _critic_update(self, obs_c: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
-                       discount: torch.Tensor, next_obs: torch.Tensor, next_obs_c: torch.Tensor,
-                       noise: torch.Tensor, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+                       steps: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor,
+                       next_obs_c: torch.Tensor, noise: torch.Tensor, idx: torch.Tensor) -> dict[str, torch.Tensor]:
         """TD target from a' = pi(o') (drawn with `noise`) and the target critics in `idx`, a critic step, Polyak."""
         cfg = self.cfg
         with torch.no_grad():
@@ -294,7 +329,8 @@ class SAC:
             next_v = self._target_min(next_obs_c, next_actions, idx)
             if cfg.backup_entropy:
                 next_v = next_v - self.alpha * next_logp
-            target = rewards * cfg.reward_scale + cfg.reward_bias + discount * next_v
+            shaped = shaped_rewards(rewards, steps, cfg.gamma, cfg.reward_scale, cfg.reward_bias)
+            target = shaped + discount * next_v
         stats = self._critic_step(obs_c, actions, target)
         polyak_update(self.critic_target, self.critic, cfg.tau)
         return stats
@@ -312,10 +348,9 @@ class SAC:
         return self._actor_update(policy_obs, self.critic_obs(batch["obs"]), noise)
 
     def _actor_update(self, obs: torch.Tensor, obs_c: torch.Tensor, noise: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Maximise E[Q(s, a) - alpha log pi(a|s)] (min or mean over critics), then fit the temperature."""
+        """Maximise E[Q(s, a) - alpha log pi(a|s)] (Q as `actor_q` says), then fit the temperature."""
         actions, logp = self.actor.sample(obs, noise=noise)
-        q = self._q_values(self.critic(obs_c, actions))
-        q = q.min(0).values if self.cfg.actor_q == "min" else q.mean(0)
+        q = actor_objective_q(self._q_values(self.critic(obs_c, actions)), self.cfg.actor_q)
         loss = (self.alpha * logp - q).mean()
         stats = {"actor_loss": loss.detach().clone(), "entropy": -logp.detach().mean()}
         self._step(self.actor_opt, loss)

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from policies.ensemble import EnsembleMLP
-from robolearn.algos.sac import SAC, SACConfig, polyak_update
+from robolearn.algos.sac import SAC, SACConfig, actor_objective_q, polyak_update, shaped_rewards
 
 
 @dataclasses.dataclass
@@ -20,6 +20,7 @@ class TD3Config(SACConfig):
     policy_noise: float = 0.2        # std of the target-policy smoothing noise
     noise_clip: float = 0.5          # the smoothing noise is clipped to +-noise_clip
     actor_every: int = 2             # policy delay: one actor (and target) update per 2 critic updates
+    actor_q: str = "first"           # the actor maximises Q1 alone (sfujim/TD3: -critic.Q1(s, actor(s)).mean())
 
 
 class DeterministicActor(torch.nn.Module):
@@ -65,14 +66,14 @@ class TD3(SAC):
         return (super()._noise(batch_size, generator) * cfg.policy_noise).clamp(-cfg.noise_clip, cfg.noise_clip)
 
     def _critic_update(self, obs_c: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
-                       discount: torch.Tensor, next_obs: torch.Tensor, next_obs_c: torch.Tensor,
-                       noise: torch.Tensor, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+                       steps: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor,
+                       next_obs_c: torch.Tensor, noise: torch.Tensor, idx: torch.Tensor) -> dict[str, torch.Tensor]:
         """Clipped double-Q target at the smoothed target action; the targets move with the actor (delayed)."""
         cfg = self.cfg
         with torch.no_grad():
             next_actions = (self.actor_target(next_obs) + noise).clamp(-1.0, 1.0)
-            target = rewards * cfg.reward_scale + cfg.reward_bias + discount * self._target_min(
-                next_obs_c, next_actions, idx)
+            shaped = shaped_rewards(rewards, steps, cfg.gamma, cfg.reward_scale, cfg.reward_bias)
+            target = shaped + discount * self._target_min(next_obs_c, next_actions, idx)
         return self._critic_step(obs_c, actions, target)
 
     def update_actor(self, batch: dict[str, Any], generator: torch.Generator | None = None
@@ -81,10 +82,9 @@ class TD3(SAC):
 
     def _actor_update(self, obs: torch.Tensor, obs_c: torch.Tensor, noise: torch.Tensor | None
                       ) -> dict[str, torch.Tensor]:
-        """Maximise Q(s, mu(s)), the min or mean over critics (the original TD3 uses the first critic);
+        """Maximise Q(s, mu(s)) as `actor_q` says (default: the first critic, as the original TD3);
         then the delayed Polyak update of both targets. The actor is deterministic: no `noise`."""
-        q = self._q_values(self.critic(obs_c, self.actor(obs)))
-        q = q.min(0).values if self.cfg.actor_q == "min" else q.mean(0)
+        q = actor_objective_q(self._q_values(self.critic(obs_c, self.actor(obs))), self.cfg.actor_q)
         loss = -q.mean()
         stats = {"actor_loss": loss.detach().clone()}
         self._step(self.actor_opt, loss)
