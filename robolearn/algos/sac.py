@@ -33,7 +33,6 @@ from policies.ensemble import QEnsemble, TanhGaussianActor
 from robolearn.errors import ConfigError
 from robolearn.losses import HLGauss
 
-
 #: How the actor objective reduces the critic ensemble: the min or the mean over all N members, or the
 #: first member alone (TD3's Q1, Fujimoto et al. 2018).
 ACTOR_Q = ("min", "mean", "first")
