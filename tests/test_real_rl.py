@@ -1,7 +1,8 @@
-"""real.rl: payload codec, the gRPC actor/learner link, the SAC learner, the actor's transitions.
+"""real.rl: payload codec, the gRPC actor/learner link, the actor's transitions, the learner killed and restarted.
 
 Servers listen on 127.0.0.1 on free ports; every wait is bounded. The kill test runs `robolearn learner` as a
-subprocess, kills it with SIGKILL and restarts it on the same port while an actor loop keeps its rate.
+subprocess, kills it with SIGKILL and restarts it on the same port while an actor loop keeps its rate. The
+learner's own tests (replay lanes, offline data, resume, its command) are in tests/test_real_learner.py.
 """
 
 import dataclasses
@@ -24,9 +25,7 @@ from conftest import wait_until
 
 from real.rl.actor import Actor
 from real.rl.codec import CHUNK, PayloadError, Reassembler, check_transitions, decode, encode, frames
-from real.rl.learner import Learner, cmd_learner, sac_config
 from real.rl.link import TOKEN_HEADER, ActorClient, LearnerServer
-from robolearn.algos.sac import SACConfig
 from robolearn.cli import run
 from robolearn.errors import ConfigError
 from robolearn.policy_io import build_policy
@@ -229,49 +228,6 @@ def test_parameters_from_an_impostor_are_never_installed(server, client):
     assert wait_until(lambda: actor.stats["bad_signature"] >= 3)
     assert actor.latest_parameters() is None and actor.stats["parameters"] == 0
     assert "not signed with our token" in actor.last_error
-
-
-# --- learner ---------------------------------------------------------------------------------------------
-
-SMALL = dict(actor_hidden=(32, 32), critic_hidden=(32, 32), batch_size=16, learning_starts=40, buffer_size=2000,
-             utd_ratio=1.0)  # fmt: skip
-
-
-def test_learner_updates_publishes_and_resumes(tmp_path, server, client):
-    srv = server()
-    actor = client(srv.address)
-    learner = Learner(srv, tmp_path, SACConfig(**SMALL), publish_interval=0.2, checkpoint_interval=100)
-    for k in range(6):
-        actor.send_transitions(batch(10, start=10 * k))
-    assert wait_until(lambda: learner.step(timeout=0.02) is not None and learner.transitions == 60, 20)
-    assert wait_until(lambda: learner.step() is not None and learner.updates == 20, 20)  # UTD 1 after 40
-    assert wait_until(lambda: actor.stats["parameters"] >= 1)
-    version, state = actor.latest_parameters()
-    policy = build_policy(actor.latest_meta["policy"], mode="sample")
-    policy.load_state_dict(state)  # the published names and shapes fit the acting policy (strict)
-    learner.save()
-    saved_version = srv.version
-
-    srv2 = server()
-    resumed = Learner(srv2, tmp_path, SACConfig(**SMALL))  # picks up run_dir/checkpoints/latest
-    assert resumed.transitions == 60 and resumed.updates == 20 and len(resumed.buffer) == 60
-    assert srv2.version == saved_version + 1  # versions continue after the saved one (published on resume)
-    for a, b in zip(resumed.sac.model_state().values(), learner.sac.model_state().values(), strict=True):
-        assert torch.equal(a, b)
-    # sizes given up front: a policy is published before any data; no new version while nothing changes
-    srv3 = server()
-    eager = Learner(srv3, tmp_path / "eager", SACConfig(**SMALL), publish_interval=0.0, obs_dim=3, num_actions=2)
-    assert srv3.version == 1 and eager.step() == {} and srv3.version == 1
-    with torch.no_grad():  # diverged networks are never published
-        next(eager.sac.actor.parameters()).fill_(float("nan"))
-    assert eager.publish() is None and srv3.version == 1
-    with pytest.raises(PayloadError, match="non-finite parameters"):
-        srv3.publish_parameters({"w": torch.tensor([1.0, float("inf")])})
-    assert sac_config("serl", {"batch_size": "8"}).batch_size == 8
-    with pytest.raises(ConfigError, match="SAC recipes"):
-        sac_config("td3")
-    with pytest.raises(ConfigError, match="shared secret"):
-        cmd_learner({"run_dir": str(tmp_path)})
 
 
 # --- actor -----------------------------------------------------------------------------------------------
