@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import wait_until
 
+from real.rl.codec import PayloadError
 from real.rl.learner import IDLE_S, ActorLanes, Learner, LearnerConfig, sac_recipe
 from real.rl.link import ActorClient, LearnerServer, TransitionBatch
 from robolearn.buffers import ReplayBuffer
@@ -186,6 +187,8 @@ def test_learner_schedule_publication_and_eager_build(tmp_path):
     assert capped.updates == 8 and capped.off_policy.update_debt == 12  # the rest stays owed
     with pytest.raises(ConfigError, match="SAC recipes"):
         Learner(FakeServer(), learner_config(tmp_path / "td3", "algo=td3"))
+    with pytest.raises(ConfigError, match="together"):
+        Learner(FakeServer(), learner_config(tmp_path / "half", "obs_dim=3"))
 
 
 def test_serl_with_offline_data_samples_half_and_half(tmp_path):
@@ -277,6 +280,8 @@ def test_learner_over_the_link(tmp_path):
             next(learner.sac.actor.parameters()).fill_(float("nan"))
         before = server.version
         assert learner.publish() is None and server.version == before
+        with pytest.raises(PayloadError, match="non-finite parameters"):
+            server.publish_parameters({"w": torch.tensor([1.0, float("inf")])})
 
 
 # --- the command -----------------------------------------------------------------------------------------

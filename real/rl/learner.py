@@ -235,6 +235,8 @@ class Learner:
             raise ConfigError("learner needs run_dir=<dir>")
         if cfg.max_updates_per_step < 1:
             raise ConfigError(f"max_updates_per_step must be >= 1, got {cfg.max_updates_per_step}")
+        if bool(cfg.obs_dim) != bool(cfg.num_actions):
+            raise ConfigError("give obs_dim= and num_actions= together (or neither: the sizes come from the data)")
         self.server, self.cfg, self.run_dir = server, cfg, Path(cfg.run_dir)
         self.sac_cfg, run_cfg = sac_recipe(cfg.algo)
         self.generator = torch.Generator(device=cfg.device).manual_seed(cfg.seed)
