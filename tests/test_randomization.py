@@ -168,7 +168,7 @@ BALL_AND_SLIDE_XML = """
     <body name="free" pos="0 1 1"><freejoint/><geom type="box" size=".2 .1 .05" euler="10 20 30"/></body>
   </worldbody>
   <tendon><spatial name="rope"><site site="tip"/><site site="anchor"/></spatial>
-    <fixed name="sum"><joint joint="sx" coef="1"/><joint joint="ball" coef="0"/></fixed></tendon>
+    <fixed name="sum"><joint joint="sx" coef="1"/><joint joint="sy" coef="-0.5"/></fixed></tendon>
 </mujoco>
 """
 
