@@ -41,6 +41,7 @@ _SUBMODULES = ("adapters", "backends", "core", "env", "randomization", "renderin
 
 
 def __getattr__(name: str) -> Any:
+    """The JAX-side classes and submodules, imported on first access (`sim.Task`, `sim.core`, ...)."""
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     if name in _SUBMODULES:

@@ -192,6 +192,7 @@ class Task:
     (`sim.make_task` calls it, so a bad reward-term name fails there).
     """
 
+    name: str
     config_class: ClassVar[type[TaskConfig]] = TaskConfig
     #: Scale the compiled model's masses to this total (MJCF's deprecated `settotalmass`).
     total_mass: ClassVar[float | None] = None
@@ -199,8 +200,9 @@ class Task:
     def __init__(self, config: TaskConfig | None = None, name: str | None = None):
         self.cfg = config if config is not None else self.config_class()
         self.cfg.validate()
-        #: The registry name (`sim.make_task` passes it); the class name for a task built directly.
-        self.name = name or type(self).__name__
+        #: The registry name (`sim.make_task` passes it); for a task built directly, its class's `name`
+        #: attribute if it has one, else the class name.
+        self.name = name or getattr(type(self), "name", "") or type(self).__name__
 
     def build(self) -> Task:
         """Compile the model, check the config against it and store every reward term's scale in `cfg`.
