@@ -14,7 +14,9 @@ starts or continues one: its action is never a training step.
 
 Episodes: consecutive usable ticks with one ``/rl/episode`` id (all one episode when none was recorded).
 An episode ends at a tick whose ``/rl/done`` says terminated or truncated, when the id changes, at an
-unusable or non-learning tick, and at the end of the bag (all truncate except a recorded "terminated").
+unusable or non-learning tick, and at the end of the bag (all truncate except a recorded "terminated"): an
+episode the bag ends mid-way is truncated, a time-out-like cut that learners bootstrap from, so every
+episode's last step carries the end flag `Episode.validate` requires.
 With ticks k_0..k_T the episode has observations at all T+1 ticks, actions (the sent ``/rl/command``; the
 policy's ``/rl/action_raw`` in the ``raw_actions`` extra) and interventions at k_0..k_{T-1}, and rewards
 from ``/rl/reward`` at k_1..k_T (the reward of the step that ended at that tick; NaN where none was

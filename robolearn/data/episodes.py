@@ -18,6 +18,9 @@ Episode file tensors::
 
 and the file's safetensors metadata ``{"robolearn_episode": <json>}`` holds the episode's metadata
 (observation and action names, source, format version).
+
+The last step always carries exactly one end flag (earlier steps none): an episode is a whole episode,
+so a learner knows whether to bootstrap from o_T, and an n-step return never runs on into the next one.
 """
 
 from __future__ import annotations
@@ -73,7 +76,11 @@ class Episode:
         return len(self.actions)
 
     def validate(self) -> None:
-        """Raise `DatasetError` naming the field when shapes or end flags are inconsistent."""
+        """Raise `DatasetError` naming the field when shapes or end flags are inconsistent.
+
+        An episode must end in a flag: without one its last transition would read as the middle of an
+        episode, and nothing would say whether to bootstrap from its final observation.
+        """
         t = len(self.actions)
         if t < 1 or self.actions.ndim != 2:
             raise DatasetError(f"episode actions must be [T >= 1, A], got {self.actions.shape}")
@@ -87,9 +94,23 @@ class Episode:
             raise DatasetError(f"episode ends before its last step (at {np.flatnonzero(ends[:-1]).tolist()})")
         if (self.terminations & self.truncations).any():
             raise DatasetError("a step cannot be both terminated and truncated")
+        if not ends[-1]:
+            raise DatasetError(f"{self.label} (T={t} steps) has no end flag on its last step: set terminations[-1] if "
+                               "o_T is terminal, else truncations[-1] (cut by a time-out, a reset or the end of "
+                               "the recording; learners bootstrap from o_T)")
         for name, value in self.extras.items():
             if value.ndim == 0 or len(value) not in (t, t + 1):
                 raise DatasetError(f"episode extra {name!r} must have T={t} or T+1 rows, got {value.shape}")
+
+    @property
+    def label(self) -> str:
+        """The episode's name in messages: its recorded id and source when the metadata holds them."""
+        label = "episode"
+        if "episode_id" in self.metadata:
+            label += f" {self.metadata['episode_id']}"
+        if "source" in self.metadata:
+            label += f" of {self.metadata['source']}"
+        return label
 
     # --- one file per episode ----------------------------------------------------------------------------
 
@@ -115,7 +136,10 @@ class Episode:
             raise DatasetError(f"{source} has episode format version {meta['version']}; upgrade robolearn")
         meta = {k: v for k, v in meta.items() if k not in ("format", "version")}
         extras = {k[len("extra/") :]: v for k, v in tensors.items() if k.startswith("extra/")}
-        return cls(**{name: tensors[name] for name in _CORE}, extras=extras, metadata=meta)
+        try:
+            return cls(**{name: tensors[name] for name in _CORE}, extras=extras, metadata=meta)
+        except DatasetError as e:
+            raise DatasetError(f"{source}: {e}") from None
 
 
 def safetensors_metadata(data: bytes) -> dict[str, str]:
