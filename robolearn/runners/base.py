@@ -1,7 +1,9 @@
 """What every runner shares: episode statistics, metrics.jsonl + TensorBoard, the progress bar and the
 environment/RNG part of the training state that makes a resumed run reproduce an uninterrupted one.
 
-`rng_state` / `restore_rng` are the RNG part alone, for learners without a simulator (the real-world learner)."""
+`rng_state` / `restore_rng` are the RNG part alone, for learners without a simulator (the real-world learner).
+They include the learner device's default generator (`device_generator`): on CUDA, sampling that takes no
+generator (PPO's `torch.distributions` actions) draws from it, and `torch.get_rng_state` is the CPU's only."""
 
 from __future__ import annotations
 
@@ -77,14 +79,14 @@ class RunnerBase:
     def _common_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """Env state, RNGs, episode bookkeeping and counters, for `checkpoint.save`'s trainer state."""
         tensors, meta = self._env_state()
-        rng_tensors, rng_meta = rng_state(self.generator)
+        rng_tensors, rng_meta = rng_state(self.generator, self.device)
         tensors.update(rng_tensors)
         meta.update(rng_meta)
         return tensors, meta
 
     def _restore_common(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         self._restore_env(tensors, meta)
-        restore_rng(self.generator, tensors, meta)
+        restore_rng(self.generator, tensors, meta, self.device)
 
     def _env_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """The simulation's part of the trainer state: env state, episode bookkeeping and counters (no RNGs)."""
@@ -106,15 +108,43 @@ class RunnerBase:
         self.iteration, self.env_steps, self.wall_s = meta["iteration"], meta["env_steps"], meta["wall_s"]
 
 
-def rng_state(generator: torch.Generator) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """The global torch RNG and `generator` as trainer-state tensors (and the generator's device as metadata)."""
-    return ({"rng.torch": torch.get_rng_state(), "rng.generator": generator.get_state()},
-            {"generator_device": generator.device.type})
+def device_generator(device: torch.device) -> torch.Generator | None:
+    """The generator that draws on `device` when a call is given none: CUDA's default generator of that device.
+
+    None on the CPU, whose default generator is the global one (`torch.get_rng_state`, saved as `rng.torch`),
+    and on other device types (MPS, XPU ...), whose default streams are not saved: resume is exact on CPU and CUDA.
+    """
+    if device.type != "cuda":
+        return None
+    torch.cuda.init()  # the per-device default generators exist once CUDA is initialised
+    return torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
 
 
-def restore_rng(generator: torch.Generator, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+def rng_state(generator: torch.Generator, device: torch.device | None = None
+              ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The global torch RNG, `generator` and the default generator of the learner's `device` (`generator`'s when
+    None; only where `device_generator` has one) as trainer-state tensors, the devices as metadata."""
+    tensors = {"rng.torch": torch.get_rng_state(), "rng.generator": generator.get_state()}
+    meta: dict[str, Any] = {"generator_device": generator.device.type}
+    default = device_generator(device if device is not None else generator.device)
+    if default is not None:
+        tensors["rng.device"] = default.get_state()
+        meta["rng_device"] = default.device.type
+    return tensors, meta
+
+
+def restore_rng(generator: torch.Generator, tensors: dict[str, torch.Tensor], meta: dict[str, Any],
+                device: torch.device | None = None) -> None:
     """Continue the random streams saved by `rng_state`, so a resumed run draws what an uninterrupted one would."""
     torch.set_rng_state(tensors["rng.torch"])
+    default = device_generator(device if device is not None else generator.device)
+    if default is not None:
+        if meta.get("rng_device") == default.device.type:
+            default.set_state(tensors["rng.device"])
+        else:  # saved on the CPU: the device's stream keeps its seed
+            warnings.warn(f"the checkpoint has no random state for {default.device.type} (saved on "
+                          f"{meta.get('rng_device', 'cpu')}): it keeps its seed instead, so the resumed run's "
+                          "random draws differ from an uninterrupted one", stacklevel=3)
     saved_on = meta.get("generator_device", "cpu")
     if saved_on == generator.device.type:
         generator.set_state(tensors["rng.generator"])
