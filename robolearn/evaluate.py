@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from robolearn.config import make_env
+from robolearn.config import EnvConfig, make_env
 from robolearn.policy_io import Mode, load_policy
 
 
@@ -35,7 +35,7 @@ class RenderConfig:
     """`robolearn render`: a video of one episode of a checkpoint's policy, or of random actions in `env`."""
 
     checkpoint: str | None = None   # a checkpoint folder; without one, random actions in `env`
-    env: str = "cartpole-swingup"   # the task of a random-policy video (a checkpoint brings its own)
+    env: EnvConfig = dataclasses.field(default_factory=EnvConfig)  # env=<task>: a random-policy video's task
     out: str | None = None          # default: policy.mp4 (checkpoint) or <env>.mp4
     steps: int | None = None        # null: one episode
     seed: int = 0
@@ -87,6 +87,8 @@ def cmd_render(cfg: RenderConfig) -> int:
     if cfg.checkpoint:
         path = render_checkpoint(cfg.checkpoint, cfg.out or "policy.mp4", seed=cfg.seed, num_steps=cfg.steps)
     else:
-        path = sim.render(cfg.env, path=cfg.out or f"{cfg.env}.mp4", num_steps=cfg.steps, seed=cfg.seed)
+        name = cfg.env.name
+        path = sim.render(name, path=cfg.out or f"{name}.mp4", num_steps=cfg.steps, seed=cfg.seed,
+                          **(cfg.env.overrides or {}))
     print(f"wrote {path}")
     return 0

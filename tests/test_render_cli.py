@@ -32,7 +32,7 @@ def test_cli_tasks_and_render(tmp_path, capsys):
     assert main(["render", "env=pendulum-swingup", f"out={out}", "steps=3"]) == 0
     assert out.exists()
     assert main(["render", "env=nope"]) == 2
-    assert "available tasks" in capsys.readouterr().err
+    assert "env/nope" in capsys.readouterr().err
     assert main(["render", "colour=red"]) == 2
 
 
