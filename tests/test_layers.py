@@ -43,8 +43,8 @@ def test_real_uses_robolearns_public_api_only():
             if private or any(part.startswith("_") for part in module.split(".")) or module == "robolearn.train":
                 bad.append((path.name, module, names))
     assert not bad, bad
-    outside = subprocess.run(["git", "grep", "-n", "from robolearn.train import", "--", ":!robolearn/", ":!tests/test_layers.py"], cwd=ROOT,
-                             capture_output=True, text=True).stdout
+    outside = subprocess.run(["git", "grep", "-n", "from robolearn.train import", "--", ":!robolearn/",
+                              ":!tests/test_layers.py"], cwd=ROOT, capture_output=True, text=True).stdout
     assert outside == "", outside
 
 
