@@ -260,21 +260,10 @@ class ActorConfig(DeployConfig):
     seed: int = 0
 
 
-def read_token(token_file: str | None) -> str:
-    """The link's shared secret: the file ``token_file``, else the ROBOLEARN_TOKEN environment variable."""
-    import os
-    from pathlib import Path
-
-    token = Path(token_file).read_text().strip() if token_file else os.environ.get("ROBOLEARN_TOKEN", "")
-    if not token:
-        raise ConfigError("the link needs a shared secret: set ROBOLEARN_TOKEN or token_file=<file>")
-    return token
-
-
 def cmd_actor(cfg: ActorConfig) -> int:
     """Act on a robot with the learner's policy until Ctrl-C, SIGTERM or `duration`, shipping transitions."""
     from real.deploy import open_transport
-    from real.rl.link import ActorClient
+    from real.rl.link import ActorClient, read_token
 
     token = read_token(cfg.token_file)
     if not cfg.learner:

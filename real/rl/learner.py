@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import signal
 import threading
 import time
@@ -32,7 +31,7 @@ from typing import Any
 import torch
 
 from real.rl.codec import PayloadError
-from real.rl.link import LearnerServer, TransitionBatch
+from real.rl.link import LearnerServer, TransitionBatch, read_token
 from robolearn import checkpoint
 from robolearn.algos.sac import SAC, SACConfig
 from robolearn.buffers import ReplayBuffer
@@ -68,10 +67,7 @@ class LearnerConfig:
 
     def read_token(self) -> str:
         """The link's shared secret: the file ``token_file``, else the ROBOLEARN_TOKEN environment variable."""
-        token = Path(self.token_file).read_text().strip() if self.token_file else os.environ.get("ROBOLEARN_TOKEN", "")
-        if not token:
-            raise ConfigError("the learner needs a shared secret: set ROBOLEARN_TOKEN or token_file=<file>")
-        return token
+        return read_token(self.token_file)
 
 
 def sac_recipe(algo: Mapping[str, Any] | None) -> tuple[SACConfig, OffPolicyRunConfig]:

@@ -38,6 +38,7 @@ import hmac
 import itertools
 import json
 import logging
+import os
 import queue
 import random
 import threading
@@ -45,6 +46,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from concurrent import futures
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -62,6 +64,7 @@ from real.rl.codec import (
     encode,
     frames,
 )
+from robolearn.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -471,3 +474,12 @@ class ActorClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def read_token(token_file: str | None) -> str:
+    """The link's shared secret, for both ends: the file ``token_file``, else the ROBOLEARN_TOKEN environment
+    variable (never a command-line value, which other users of the machine could read in ``ps``)."""
+    token = Path(token_file).read_text().strip() if token_file else os.environ.get("ROBOLEARN_TOKEN", "")
+    if not token:
+        raise ConfigError("the link needs a shared secret: set ROBOLEARN_TOKEN or token_file=<file>")
+    return token

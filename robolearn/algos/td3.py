@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from policies.ensemble import EnsembleMLP
+from policies.ensemble import DeterministicActor
 from robolearn.algos.sac import SAC, SACConfig, actor_objective_q, polyak_update, shaped_rewards
 
 
@@ -21,19 +21,6 @@ class TD3Config(SACConfig):
     noise_clip: float = 0.5          # the smoothing noise is clipped to +-noise_clip
     actor_every: int = 2             # policy delay: one actor (and target) update per 2 critic updates
     actor_q: str = "first"           # the actor maximises Q1 alone (sfujim/TD3: -critic.Q1(s, actor(s)).mean())
-
-
-class DeterministicActor(torch.nn.Module):
-    """a = tanh(mu(o)), an MLP with a squashed output."""
-
-    def __init__(self, obs_dim: int, num_actions: int, hidden: tuple[int, ...], activation: str, layer_norm: bool):
-        super().__init__()
-        self.net = EnsembleMLP(1, obs_dim, hidden, num_actions, activation, layer_norm)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.net(obs)[0])
-
-    mode = forward
 
 
 class TD3(SAC):
