@@ -109,9 +109,8 @@ def _register(command: str, schema: type | None) -> None:
     store = ConfigStore.instance()
     if schema is not None:
         store.store(name=f"{command}_schema", node=schema)
-    if command == "train":
-        for name, (algo_schema, _, _) in ALGORITHMS.items():
-            store.store(group="algo", name=f"{name}_schema", node=algo_schema)
+    for name, (algo_schema, _, _) in ALGORITHMS.items():  # any command may compose the algo presets (learner)
+        store.store(group="algo", name=f"{name}_schema", node=algo_schema)
 
 
 def _quoted(arg: str) -> str:
@@ -138,7 +137,7 @@ def compose(command: str, overrides: Sequence[str] = (), schema: type | None = N
     """`configs/<command>.yaml` over its `schema` with `key=value` overrides, resolved into a plain dict.
 
     `schema` is the command's dataclass; it is registered as `<command>_schema`, the first entry of the
-    YAML's defaults list (`train` registers its own, `TrainConfig`, and the algorithm schemas).
+    YAML's defaults list (`train` registers its own, `TrainConfig`); the algorithm schemas are always registered.
     """
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir

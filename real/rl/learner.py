@@ -35,7 +35,7 @@ from real.rl.link import LearnerServer, TransitionBatch, read_token
 from robolearn import checkpoint
 from robolearn.algos.sac import SAC, SACConfig
 from robolearn.buffers import ReplayBuffer
-from robolearn.config import ALGORITHMS, OffPolicyRunConfig, algo_config
+from robolearn.config import OffPolicyRunConfig, algo_config
 from robolearn.errors import CheckpointError, ConfigError
 from robolearn.runners.off_policy import Means, OffPolicyLearner
 
@@ -77,18 +77,6 @@ def sac_recipe(algo: Mapping[str, Any] | None) -> tuple[SACConfig, OffPolicyRunC
         raise ConfigError(f"the real-world learner runs SAC recipes (algo=sac|redq|rlpd|serl|wsrl), "
                           f"not {algo.get('recipe', algo.get('name'))}")  # fmt: skip
     return algo_config(algo)
-
-
-def _register_algo_group() -> None:
-    """Let `configs/learner.yaml` compose the algo presets, whose defaults name ``/algo/<name>_schema``
-    (`robolearn.config` registers those schemas only when it composes `train`)."""
-    from hydra.core.config_store import ConfigStore
-
-    for name, (schema, _, _) in ALGORITHMS.items():
-        ConfigStore.instance().store(group="algo", name=f"{name}_schema", node=schema)
-
-
-_register_algo_group()
 
 
 class ActorLanes:
