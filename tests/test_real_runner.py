@@ -256,7 +256,7 @@ def test_bad_configs_name_the_field(change, message):
     cfg.update(change)
     with pytest.raises(ConfigError, match=message):
         build_runner(cfg, MemoryTransport(), ConstantPolicy([0.0, 0.0]), {})
-    with pytest.raises(ConfigError, match="no deploy config for robot"):
+    with pytest.raises(ConfigError, match="no runner preset for robot .boat."):
         compose_deploy("boat")
 
 
