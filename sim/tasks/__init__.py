@@ -90,7 +90,10 @@ def _maze(prefix: str, cls: str, episode_length: dict[str, int], reference_retur
 _SPECS: list[TaskSpec] = [
     TaskSpec("ant-velocity", "sim.tasks.ant:AntVelocity", random_return=595.1, reference_return=1181.7,
              reference_doc="central-pattern-generator trot steered by the command (sim/tasks/ant_control.py)",
-             reference_policy="sim.tasks.ant_control:ant_velocity_policy"),
+             reference_policy="sim.tasks.ant_control:ant_velocity_policy",
+             # contact-rich: MJX (float32) and C (float64) start 4e-7 apart and contacts amplify it, to 7.9e-4
+             # at step 53 with jax 0.10.2 / mujoco 4.0.0 / mjx 3.17.0 (already so before the registry change)
+             equivalence_steps=40),
     *_maze("ant-maze", "sim.tasks.ant:AntMaze", {"umaze": 700, "medium": 1000, "large": 1000},
            {"umaze": 361.9, "medium": 392.9, "large": 163.3},
            "breadth-first waypoints steering the scripted trot (sim/tasks/ant_control.py)",
