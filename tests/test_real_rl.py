@@ -460,3 +460,20 @@ def test_actor_on_the_policy_runner_ships_what_the_recorder_records(tmp_path, se
         cmd_actor([f"learner={srv.address}", "robot=arm"])
     with pytest.raises(ConfigError, match="cannot import"):
         cmd_actor([f"learner={srv.address}", "reward=nowhere:nothing"])
+
+
+def test_actor_names_itself_stably(monkeypatch):
+    """A restarted robot keeps its replay lane at the learner: its id is <hostname>/<robot> unless given."""
+    import socket
+
+    seen = []
+
+    def client(address, token, actor_id=None, **_):
+        seen.append(actor_id)
+        raise SystemExit  # stop once the link would be made
+
+    monkeypatch.setattr("real.rl.link.ActorClient", client)
+    for args in (["learner=127.0.0.1:1"], ["learner=127.0.0.1:1", "actor_id=car-7"]):
+        with pytest.raises(SystemExit):
+            cmd_actor(args)
+    assert seen == [f"{socket.gethostname()}/rc_car", "car-7"]

@@ -258,6 +258,7 @@ class ActorConfig(DeployConfig):
     batch_size: int = 32            # transitions per shipped batch
     wait_s: float = 10.0            # seconds to wait for the learner's first parameters
     seed: int = 0
+    actor_id: str | None = None     # this robot's name at the learner (its replay lane); null: <hostname>/<robot>
 
 
 def cmd_actor(cfg: ActorConfig) -> int:
@@ -276,7 +277,9 @@ def cmd_actor(cfg: ActorConfig) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(cfg.torch_threads)
     runner_cfg = dataclasses.asdict(cfg)
-    client = ActorClient(cfg.learner, token)
+    import socket
+
+    client = ActorClient(cfg.learner, token, actor_id=cfg.actor_id or f"{socket.gethostname()}/{cfg.robot}")
     try:
         with open_transport(cfg.transport, cfg.domain_id) as transport:
             recorder = None
