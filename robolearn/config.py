@@ -24,6 +24,7 @@ from robolearn.algos.ppo import PPOConfig
 from robolearn.algos.sac import SACConfig
 from robolearn.algos.td3 import TD3Config
 from robolearn.errors import ConfigError
+from robolearn.runners.off_policy import OffPolicyRunConfig
 
 __all__ = ["config_dir", "compose", "help_text", "EnvConfig", "TrainConfig", "OffPolicyRunConfig", "ALGORITHMS",
            "algo_config", "make_env", "control_rate"]
@@ -56,16 +57,6 @@ class TrainConfig:
     progress: bool = True
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
     algo: Any = None                # filled by the algo group: one of ALGORITHMS' schemas
-
-
-@dataclasses.dataclass
-class OffPolicyRunConfig:
-    """The off-policy runner's part of `algo` (beside the algorithm's own fields)."""
-
-    recipe: str = "sac"             # the preset's name, for run directories and logs
-    steps_per_iteration: int = 50   # vec-env steps per logged iteration
-    env_steps: int = 200_000        # training length; `iterations` is derived from it unless given
-    offline_data: str | None = None  # a robolearn episode folder mixed into every batch at algo.offline_ratio
 
 
 @dataclasses.dataclass

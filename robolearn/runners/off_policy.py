@@ -14,6 +14,7 @@ TensorBoard, checkpoints, plots); rows also carry `updates` (critic updates so f
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,6 +27,17 @@ from robolearn.algos.sac import SAC
 from robolearn.buffers import ReplayBuffer, sample_mixed
 from robolearn.errors import CheckpointError
 from robolearn.runners.base import RunnerBase, progress_bar, restore_rng, rng_state
+
+
+@dataclasses.dataclass
+class OffPolicyRunConfig:
+    """The off-policy runner's part of `algo` (beside the algorithm's own fields)."""
+
+    recipe: str = "sac"             # the preset's name, for run directories and logs
+    steps_per_iteration: int = 50   # vec-env steps per logged iteration
+    env_steps: int = 200_000        # training length; `iterations` is derived from it unless given
+    offline_data: str | None = None  # a robolearn episode folder mixed into every batch at algo.offline_ratio
+
 
 
 class Replay(Protocol):
@@ -142,7 +154,8 @@ class OffPolicyRunner(RunnerBase):
     draws_on_device = True
 
     def __init__(self, env: Any, algo: SAC, run_dir: str | Path, config: dict[str, Any], seed: int = 0,
-                 progress: bool = True, steps_per_iteration: int = 50, offline: ReplayBuffer | None = None):
+                 progress: bool = True, steps_per_iteration: int = OffPolicyRunConfig.steps_per_iteration,
+                 offline: ReplayBuffer | None = None):
         super().__init__(env, run_dir, config, seed, algo.device, progress)
         self.steps_per_iteration = steps_per_iteration
         cfg = algo.cfg
