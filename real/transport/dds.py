@@ -6,6 +6,11 @@ representation, autodispose off, the ROS QoS profiles, the type hash in USER_DAT
 settings (network interface, peers) come from ``CYCLONEDDS_URI`` as for ROS; `LOOPBACK_CONFIG` keeps
 traffic on 127.0.0.1 for tests and a fake robot on one machine.
 
+Interop with ROS 2's default middleware (rmw_fastrtps_cpp, Fast DDS): Fast DDS matches endpoints on equal
+XTypes type identifiers, so `real.msgs.idl` builds type objects the way Fast DDS does, and every domain
+this transport opens adds `INTEROP_CONFIG` (Cyclone then accepts those type objects, its own and Fast
+DDS's) after the user's ``CYCLONEDDS_URI``. Tested against rclpy nodes on Fast DDS in both directions.
+
 Data path: messages are (de)serialized with rosbags and written and taken as raw CDR through cyclonedds'
 C layer (``ddspy_write`` / ``ddspy_take``, private in the pinned cyclonedds 11.0.1). Measured medians on
 this 2-core box, rosbags vs the generated IdlStruct (plus dataclass conversion): Twist serialize 4 vs 37 us,
@@ -26,7 +31,7 @@ from typing import Any
 
 from cyclonedds._clayer import ddspy_take, ddspy_write  # private C layer, see the module docstring
 from cyclonedds.core import DDSException, InstanceState, Listener, Policy, Qos, SampleState, ViewState
-from cyclonedds.domain import DomainParticipant
+from cyclonedds.domain import Domain, DomainParticipant
 from cyclonedds.pub import DataWriter
 from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
@@ -57,6 +62,13 @@ LOOPBACK_CONFIG = (
 )
 """A ``CYCLONEDDS_URI`` value that keeps Cyclone on loopback (unicast discovery to 127.0.0.1)."""
 
+INTEROP_CONFIG = (
+    "<CycloneDDS><Domain Id='any'><Compatibility><AllowInvalidTryConstruct>true</AllowInvalidTryConstruct>"
+    "</Compatibility></Domain></CycloneDDS>"
+)
+"""Appended to ``CYCLONEDDS_URI``: accept XTypes collection element flags without try-construct bits, as
+Fast DDS (and, to match it, `real.msgs.idl`) writes them."""
+
 _TAKE_BATCH = 32
 _ANY_STATE = SampleState.Any | ViewState.Any | InstanceState.Any
 
@@ -72,6 +84,38 @@ def resolve_domain_id(domain_id: int | None) -> int:
     if isinstance(domain_id, bool) or not isinstance(domain_id, int) or not 0 <= domain_id <= MAX_DOMAIN_ID:
         raise ValueError(f"DDS domain id must be an int in 0..{MAX_DOMAIN_ID}, got {domain_id!r}")
     return domain_id
+
+
+class _Domains:
+    """The Cyclone domains this process opened, one per id, shared by its transports and closed with the last.
+
+    A domain is created explicitly (not implicitly by the first participant) so that it gets the user's
+    ``CYCLONEDDS_URI`` plus `INTEROP_CONFIG`; Cyclone reads the configuration once, when the domain is made.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[int, tuple[Domain, int]] = {}
+
+    def acquire(self, domain_id: int) -> None:
+        with self._lock:
+            domain, users = self._open.get(domain_id, (None, 0))
+            if domain is None:
+                user = os.environ.get("CYCLONEDDS_URI", "").strip()
+                domain = Domain(domain_id, f"{user},{INTEROP_CONFIG}" if user else INTEROP_CONFIG)
+            self._open[domain_id] = (domain, users + 1)
+
+    def release(self, domain_id: int) -> None:
+        with self._lock:
+            domain, users = self._open[domain_id]
+            if users > 1:
+                self._open[domain_id] = (domain, users - 1)
+                return
+            del self._open[domain_id]
+        domain.__del__()  # cyclonedds deletes entities in __del__ (idempotent); deletes what is left in it
+
+
+DOMAINS = _Domains()
 
 
 def dds_qos(qos: QoS, writer: bool, msg_type: str | None = None) -> Qos:
@@ -180,7 +224,12 @@ class DdsTransport(Transport):
 
     def __init__(self, domain_id: int | None = None) -> None:
         self.domain_id = resolve_domain_id(domain_id)
-        self.participant = DomainParticipant(self.domain_id)
+        DOMAINS.acquire(self.domain_id)
+        try:
+            self.participant = DomainParticipant(self.domain_id)
+        except Exception:
+            DOMAINS.release(self.domain_id)
+            raise
         self.closed = False
         self._lock = threading.Lock()
         self._topics: dict[str, tuple[str, Topic]] = {}
@@ -226,3 +275,4 @@ class DdsTransport(Transport):
         for writer in writers:
             writer.__del__()
         self.participant.__del__()  # deletes the topics too
+        DOMAINS.release(self.domain_id)
