@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@# torch==2.13.0 first: on these machines it resolves to the local CPU wheel, not the CUDA build.
 	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,ros]'
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -1,7 +1,7 @@
 """A fake RC car: robolearn's ``rc-car-track`` simulation behind the real car's ROS 2 topics.
 
 It publishes ``/odom`` (nav_msgs/Odometry) and ``/imu`` (sensor_msgs/Imu) and obeys ``/ackermann_cmd``
-(ackermann_msgs/AckermannDriveStamped) on any transport, so the whole loop (runner, safety, recorder, actor)
+(ackermann_msgs/AckermannDriveStamped; or Twist / TwistStamped with ``cmd_type``) on any transport, so the whole loop (runner, safety, recorder, actor)
 runs on one machine, and any ROS 2 node or DDS participant using the ROS 2 mapping can drive and read it.
 
     robolearn fake-robot transport=dds rate_hz=50 seed=0
@@ -14,7 +14,10 @@ with the latest command held, then publishes the state:
 - Imu: the body orientation, the gyro, and the specific force a real accelerometer reads (REP-145: gravity
   included, +9.81 z when level): the task's acceleration (mean over the control period) plus gravity.
 
-Commands: ``steering = steering_angle / steering_scale`` (rad; +left as in the sim); the drive field is the raw
+Commands: ``steering = steering_angle / steering_scale`` (rad; +left as in the sim); with ``cmd_type=twist`` or
+``twist_stamped`` the steering angle is ``angular.z`` and the drive field ``linear.x``, as the runner's rc_car
+adapter sends them with ``output: twist`` and ``twist_angular: steering`` (Twist carries no stamp, so it gives no
+latency samples). The drive field is the raw
 throttle in [-1, 1] (``throttle=passthrough``, matching the runner's ``speed_scale: 1``) or a speed in m/s
 tracked by a feed-forward + proportional controller (``throttle=speed``). A command older than ``cmd_timeout``
 seconds cuts the throttle (an ESC watchdog); steering holds. Crashes and roll-overs reset the car to a start
@@ -47,6 +50,7 @@ from robolearn.errors import ConfigError
 log = logging.getLogger(__name__)
 
 SIM_DT = 0.005  # the task's physics step: the control period must be a multiple of it
+COMMAND_TYPES = {"ackermann": msgs.ACKERMANN_DRIVE_STAMPED, "twist": msgs.TWIST, "twist_stamped": msgs.TWIST_STAMPED}
 
 
 @dataclasses.dataclass
@@ -57,6 +61,7 @@ class FakeCarConfig:
     odom_topic: str = "/odom"
     imu_topic: str = "/imu"
     cmd_topic: str = "/ackermann_cmd"
+    cmd_type: str = "ackermann"  # ackermann (AckermannDriveStamped) | twist | twist_stamped (angular.z = steering)
     sensor_qos: str = "sensor_data"
     cmd_qos: str = "default"
     odom_frame: str = "odom"
@@ -75,6 +80,8 @@ class FakeCarConfig:
         if self.rate_hz <= 0 or abs(substeps - round(substeps)) > 1e-6 or round(substeps) < 1:
             raise ConfigError(f"fake robot rate_hz must make 1/rate a multiple of {SIM_DT} s (e.g. 20, 50, 100, "
                               f"200), got {self.rate_hz}")
+        if self.cmd_type not in COMMAND_TYPES:
+            raise ConfigError(f"fake robot cmd_type must be one of {', '.join(COMMAND_TYPES)}, got {self.cmd_type!r}")
         if self.throttle not in ("passthrough", "speed"):
             raise ConfigError(f"fake robot throttle must be passthrough or speed, got {self.throttle!r}")
         if self.cmd_timeout <= 0 or self.steering_scale <= 0:
@@ -118,7 +125,7 @@ class FakeRcCar:
         self.missed = 0
         self.forward_speed = 0.0
         self._stop = threading.Event()
-        self.cmd_sub = transport.subscribe(cfg.cmd_topic, msgs.ACKERMANN_DRIVE_STAMPED, self._on_command, cfg.cmd_qos)
+        self.cmd_sub = transport.subscribe(cfg.cmd_topic, COMMAND_TYPES[cfg.cmd_type], self._on_command, cfg.cmd_qos)
 
     def course(self) -> Course:
         """The track's checkpoints as a `Course` (the odom frame is the track's frame)."""
@@ -130,8 +137,12 @@ class FakeRcCar:
     # --- commands ----------------------------------------------------------------------------------------
 
     def _on_command(self, msg: Any, receive_time_ns: int) -> None:
-        steering, drive = msgs.ackermann_to_array(msg)
-        stamp = msgs.stamp_ns(msg.header.stamp)
+        if self.config.cmd_type == "ackermann":
+            steering, drive = msgs.ackermann_to_array(msg)
+        else:
+            twist = msgs.twist_to_array(msg)
+            steering, drive = twist[5], twist[0]
+        stamp = msgs.stamp_ns(msg.header.stamp) if hasattr(msg, "header") else 0
         with self._lock:
             self._command = (float(steering), float(drive), receive_time_ns)
             self.commands += 1

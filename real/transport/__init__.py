@@ -1,11 +1,15 @@
 """Transports between this process and a ROS 2 graph: rclpy, bare Cyclone DDS, or in-memory.
 
 Import cost stays small: a backend (and Cyclone DDS or rclpy) loads only when `make_transport` asks for it.
+"auto" means rclpy inside a sourced ROS 2 environment (``ROS_DISTRO`` set and rclpy importable), else DDS:
+rclpy installed from wheels into a virtualenv lacks message packages a robot may need (ackermann_msgs), which
+the DDS transport carries itself.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 
 from real.transport.base import (
     DEFAULT,
@@ -32,25 +36,32 @@ def rclpy_available() -> bool:
     return importlib.util.find_spec("rclpy") is not None
 
 
-def make_transport(kind: str = "auto", domain_id: int | None = None) -> Transport:
-    """A transport of ``kind``: "auto" (rclpy when importable, else "dds"), "dds", "rclpy" or "memory".
-
-    ``domain_id`` defaults to ``ROS_DOMAIN_ID`` (or 0); the memory transport has no domain.
-    """
+def resolve_kind(kind: str) -> str:
+    """The backend "auto" stands for here: "rclpy" in a sourced ROS 2 environment with rclpy, else "dds"."""
     if kind not in KINDS:
         raise ValueError(f"unknown transport kind {kind!r}; use one of {', '.join(KINDS)}")
     if kind == "auto":
-        kind = "rclpy" if rclpy_available() else "dds"
+        return "rclpy" if os.environ.get("ROS_DISTRO") and rclpy_available() else "dds"
+    return kind
+
+
+def make_transport(kind: str = "auto", domain_id: int | None = None, node_name: str | None = None) -> Transport:
+    """A transport of ``kind``: "auto" (see `resolve_kind`), "dds", "rclpy" or "memory".
+
+    ``domain_id`` defaults to ``ROS_DOMAIN_ID`` (or 0); the memory transport has no domain. ``node_name``
+    names the rclpy node (default ``robolearn_<pid>``).
+    """
+    kind = resolve_kind(kind)
     if kind == "memory":
         from real.transport.memory import MemoryTransport
 
         return MemoryTransport()
     if kind == "rclpy":
         if not rclpy_available():
-            raise RuntimeError("transport 'rclpy' needs ROS 2's rclpy (source your ROS 2 setup); or use 'dds'")
+            raise RuntimeError("transport 'rclpy' needs ROS 2's rclpy (pip install '.[ros]' or source a ROS 2 install); or use 'dds'")
         from real.transport.rclpy_backend import RclpyTransport
 
-        return RclpyTransport(domain_id)
+        return RclpyTransport(domain_id, node_name)
     from real.transport.dds import DdsTransport
 
     return DdsTransport(domain_id)
@@ -59,5 +70,5 @@ def make_transport(kind: str = "auto", domain_id: int | None = None) -> Transpor
 __all__ = [
     "DEFAULT", "KINDS", "LATCHED", "PROFILES", "SENSOR_DATA", "SYSTEM_DEFAULT", "Durability", "MessageCallback",
     "Publisher", "QoS", "RawCallback", "Reliability", "Subscription", "Transport", "make_transport",
-    "rclpy_available", "resolve_qos",
+    "rclpy_available", "resolve_kind", "resolve_qos",
 ]  # fmt: skip
