@@ -1,8 +1,9 @@
 """A fake RC car: robolearn's ``rc-car-track`` simulation behind the real car's ROS 2 topics.
 
 It publishes ``/odom`` (nav_msgs/Odometry) and ``/imu`` (sensor_msgs/Imu) and obeys ``/ackermann_cmd``
-(ackermann_msgs/AckermannDriveStamped; or Twist / TwistStamped with ``cmd_type``) on any transport, so the whole loop (runner, safety, recorder, actor)
-runs on one machine, and any ROS 2 node or DDS participant using the ROS 2 mapping can drive and read it.
+(ackermann_msgs/AckermannDriveStamped; Twist or TwistStamped with ``cmd_type``) on any transport, so the
+whole loop (runner, safety, recorder, actor) runs on one machine, and any ROS 2 node or DDS participant using
+the ROS 2 mapping can drive and read it.
 
     robolearn fake-robot transport=dds rate_hz=50 seed=0
 

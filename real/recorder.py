@@ -34,7 +34,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,17 @@ from numpy.typing import ArrayLike
 
 from real import msgs
 from real.bagfile import BagWriter
-from real.transport.base import DEFAULT, PROFILES, QoS, Subscription, Transport, resolve_qos, ros_topic_name
+from real.transport.base import (
+    DEFAULT,
+    PROFILES,
+    Durability,
+    QoS,
+    Reliability,
+    Subscription,
+    Transport,
+    resolve_qos,
+    ros_topic_name,
+)
 from robolearn.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -337,45 +347,82 @@ def parse_topics(text: str) -> list[tuple[str, str | None, str | None]]:
 
 
 def discover_topics(transport: Transport, topics: Sequence[str], timeout: float = 3.0) -> dict[str, tuple[str, QoS]]:
-    """Types and a matching QoS of ``topics`` from the publishers on the DDS graph (bare-DDS transport only).
+    """Types and a matching QoS of ``topics`` from their publishers on the graph (dds and rclpy transports).
 
     Like rosbag2, the subscription is best-effort if any publisher is, and transient-local only if all are.
     """
     from real.transport.dds import DdsTransport
 
-    if not isinstance(transport, DdsTransport):
-        raise ConfigError("topic types can only be discovered over transport=dds; give them as /topic:pkg/msg/Type")
-    from cyclonedds.builtin import BuiltinDataReader, BuiltinTopicDcpsPublication
-    from cyclonedds.core import Policy
-
-    from real.transport.base import Durability, Reliability
-
-    reader = BuiltinDataReader(transport.participant, BuiltinTopicDcpsPublication)
-    wanted = {"rt" + t: t for t in topics}
-    found: dict[str, list[Any]] = {}
+    if isinstance(transport, DdsTransport):
+        poll = _dds_publishers(transport)
+    elif hasattr(transport, "node"):  # an RclpyTransport (not imported here: that would load rclpy)
+        poll = _rclpy_publishers(transport)
+    else:
+        raise ConfigError("topic types are discovered over transport=dds or rclpy only; give them as "
+                          "/topic:pkg/msg/Type")
+    found: dict[str, list[tuple[str, bool, bool]]] = {}
     deadline = time.monotonic() + timeout
     try:
-        while time.monotonic() < deadline and set(found) != set(wanted.values()):
-            for sample in reader.take(N=256):
-                if getattr(sample, "topic_name", None) in wanted:
-                    found.setdefault(wanted[sample.topic_name], []).append(sample)
+        while time.monotonic() < deadline and set(found) != set(topics):
+            for topic, endpoint in poll(topics):
+                found.setdefault(topic, []).append(endpoint)
             time.sleep(0.05)
     finally:
-        reader.__del__()
-    missing = sorted(set(wanted.values()) - set(found))
+        poll(None)
+    missing = sorted(set(topics) - set(found))
     if missing:
         raise ConfigError(f"no publisher of {missing} found within {timeout:.0f} s; give their types as "
                           "/topic:pkg/msg/Type or check ROS_DOMAIN_ID")
     out = {}
-    for topic, samples in found.items():
-        pkg, kind, _, name = samples[0].type_name.split("::")
-        reliable = all(s.qos[Policy.Reliability].__class__ is Policy.Reliability.Reliable for s in samples)
-        latched = all(s.qos[Policy.Durability] == Policy.Durability.TransientLocal for s in samples)
-        out[topic] = (f"{pkg}/{kind}/{name.rstrip('_')}", QoS(
-            10, Reliability.RELIABLE if reliable else Reliability.BEST_EFFORT,
-            Durability.TRANSIENT_LOCAL if latched else Durability.VOLATILE,
-        ))  # fmt: skip
+    for topic, endpoints in found.items():
+        reliable, latched = all(e[1] for e in endpoints), all(e[2] for e in endpoints)
+        out[topic] = (endpoints[0][0], QoS(10, Reliability.RELIABLE if reliable else Reliability.BEST_EFFORT,
+                                           Durability.TRANSIENT_LOCAL if latched else Durability.VOLATILE))
     return out
+
+
+EndpointPoll = Callable[[Sequence[str] | None], list[tuple[str, tuple[str, bool, bool]]]]
+"""``poll(topics)``: publishers seen as ``(topic, (type, reliable, transient_local))`` (a repeat is harmless);
+``poll(None)`` releases what the poll holds."""
+
+
+def _dds_publishers(transport: Any) -> EndpointPoll:
+    """Publications from Cyclone's DCPSPublication built-in topic (each reported once)."""
+    from cyclonedds.builtin import BuiltinDataReader, BuiltinTopicDcpsPublication
+    from cyclonedds.core import Policy
+
+    reader = BuiltinDataReader(transport.participant, BuiltinTopicDcpsPublication)
+
+    def poll(topics: Sequence[str] | None) -> list[tuple[str, tuple[str, bool, bool]]]:
+        if topics is None:
+            reader.__del__()
+            return []
+        wanted, out = {"rt" + t: t for t in topics}, []
+        for sample in reader.take(N=256):
+            if getattr(sample, "topic_name", None) in wanted:
+                pkg, kind, _, name = sample.type_name.split("::")
+                reliable = sample.qos[Policy.Reliability].__class__ is Policy.Reliability.Reliable
+                latched = sample.qos[Policy.Durability] == Policy.Durability.TransientLocal
+                out.append((wanted[sample.topic_name], (f"{pkg}/{kind}/{name.rstrip('_')}", reliable, latched)))
+        return out
+
+    return poll
+
+
+def _rclpy_publishers(transport: Any) -> EndpointPoll:
+    """Publishers from the rclpy node's graph cache."""
+    from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
+
+    def poll(topics: Sequence[str] | None) -> list[tuple[str, tuple[str, bool, bool]]]:
+        out = []
+        for topic in topics or ():
+            for info in transport.node.get_publishers_info_by_topic(topic):
+                qos = info.qos_profile
+                out.append((topic, (info.topic_type, qos.reliability == ReliabilityPolicy.RELIABLE,
+                                    qos.durability == DurabilityPolicy.TRANSIENT_LOCAL)))
+        return out
+
+    return poll
 
 
 @contextlib.contextmanager

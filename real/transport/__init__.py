@@ -58,7 +58,8 @@ def make_transport(kind: str = "auto", domain_id: int | None = None, node_name: 
         return MemoryTransport()
     if kind == "rclpy":
         if not rclpy_available():
-            raise RuntimeError("transport 'rclpy' needs ROS 2's rclpy (pip install '.[ros]' or source a ROS 2 install); or use 'dds'")
+            raise RuntimeError("transport 'rclpy' needs ROS 2's rclpy (pip install '.[ros]' or source a ROS 2 "
+                               "install); or use 'dds'")
         from real.transport.rclpy_backend import RclpyTransport
 
         return RclpyTransport(domain_id, node_name)
