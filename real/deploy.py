@@ -40,7 +40,7 @@ class DeployConfig:
 
     checkpoint: str | None = None   # a robolearn checkpoint folder (config.json + model.safetensors)
     policy: str | None = None       # or a scripted controller "module:function" mapping obs[N, D] -> actions[N, A]
-    transport: str = "auto"         # auto (rclpy if importable, else dds) | dds | rclpy | memory
+    transport: str = "auto"         # auto (rclpy in a sourced ROS 2 env, else dds) | dds | rclpy | memory
     domain_id: int | None = None    # DDS / ROS domain; null: ROS_DOMAIN_ID or 0
     duration: float | None = None   # seconds to run; null: until Ctrl-C / SIGTERM (stop commands are sent either way)
     torch_threads: int = 1          # small MLPs infer fastest on one thread

@@ -27,6 +27,7 @@ from real.transport import (
     Reliability,
     make_transport,
     rclpy_available,
+    resolve_kind,
     resolve_qos,
 )
 from real.transport.memory import FakeClock, MemoryBus, MemoryTransport
@@ -183,12 +184,19 @@ def test_memory_errors_and_close(caplog):
         bus.subscribe("/a", msgs.BOOL, inbox)
 
 
-def test_make_transport(dds_domain):
+def test_make_transport(dds_domain, monkeypatch):
+    import real.transport as transport_module
+
     assert isinstance(make_transport("memory"), MemoryTransport)
     with pytest.raises(ValueError, match="unknown transport kind 'zenoh'"):
         make_transport("zenoh")
-    if rclpy_available():
-        pytest.skip("rclpy is installed: 'auto' would pick it")
+    # "auto" is rclpy only in a sourced ROS 2 environment (ROS_DISTRO set) where rclpy imports
+    monkeypatch.delenv("ROS_DISTRO", raising=False)
+    assert resolve_kind("auto") == "dds" and resolve_kind("rclpy") == "rclpy"
+    monkeypatch.setenv("ROS_DISTRO", "kilted")
+    assert resolve_kind("auto") == ("rclpy" if rclpy_available() else "dds")
+    monkeypatch.setattr(transport_module, "rclpy_available", lambda: False)
+    assert resolve_kind("auto") == "dds"
     with pytest.raises(RuntimeError, match="needs ROS 2's rclpy"):
         make_transport("rclpy")
     from real.transport.dds import DdsTransport
