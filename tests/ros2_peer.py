@@ -1,0 +1,210 @@
+"""A plain ROS 2 node (rclpy and the generated message classes only, nothing of robolearn's) for the interop tests.
+
+tests/test_real_ros2.py runs it in a subprocess as "the other ROS 2 node" (Fast DDS, ROS 2's default middleware):
+
+    python tests/ros2_peer.py serve
+
+It reads one JSON command per line on stdin and answers each with one JSON line on stdout (``{"error": ...}`` when
+a command fails; the node keeps running). Messages travel as plain JSON: a dict per message, the ROS field names
+as keys, arrays as lists. Commands (``qos``: "sensor_data", "default" or "latched", ROS 2's own profiles):
+
+- ``{"op": "subscribe", "topic": "/odom", "msg_type": "nav_msgs/msg/Odometry", "qos": "sensor_data", "keep": 1}``:
+  count the messages on ``topic`` and keep the last ``keep`` of them.
+- ``{"op": "publish", "topic", "msg_type", "qos", "msg": {...}, "rate_hz": 0, "wait_matched": 0}``: publish ``msg``
+  once (``rate_hz`` 0) or every ``1 / rate_hz`` s from a timer until ``stop``; first wait up to ``wait_matched``
+  seconds for a matched subscription. One publisher per topic, reused by later ``publish`` commands.
+- ``{"op": "stop", "topic"}``: stop a periodic publisher (the publisher itself stays).
+- ``{"op": "received", "topics": [...], "reset": false}``: ``{topic: {"count": n, "messages": [...]}}``; with
+  ``reset`` the counts and kept messages start over.
+- ``{"op": "graph", "topics": [...]}``: the publishers and subscriptions the ROS graph shows on each topic, with
+  their type and QoS: ``{topic: {"publishers": [{"type", "reliability", "durability", "node"}], ...}}``.
+- ``{"op": "quit"}``.
+
+The node spins on a background thread; stdin is read on the main thread. ``ROS_DOMAIN_ID`` and
+``ROS_AUTOMATIC_DISCOVERY_RANGE`` come from the environment, as for any ROS 2 node.
+"""
+
+from __future__ import annotations
+
+import array
+import collections
+import importlib
+import json
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+
+PROFILES = {
+    "sensor_data": qos_profile_sensor_data,  # best effort, volatile, depth 5
+    "default": QoSProfile(depth=10),  # reliable, volatile
+    "latched": QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL),
+}
+_MSG_TYPE = re.compile(r"^(?:sequence<)?(\w+)/(?:msg/)?(\w+)")  # "std_msgs/Header", "sequence<std_msgs/X>"
+
+
+def message_class(type_name: str) -> type:
+    """The generated class of ``pkg/msg/Name`` (or rosidl's ``pkg/Name`` field type spelling)."""
+    match = _MSG_TYPE.match(type_name)
+    if match is None:
+        raise ValueError(f"not a message type: {type_name!r}")
+    return getattr(importlib.import_module(f"{match[1]}.msg"), match[2])
+
+
+def to_plain(value: Any) -> Any:
+    """A JSON-able copy of a message (dict), a sequence of them, an array, or a primitive."""
+    if hasattr(value, "get_fields_and_field_types"):
+        return {name: to_plain(getattr(value, name)) for name in value.get_fields_and_field_types()}
+    if isinstance(value, (bytes, bytearray)):
+        return list(value)
+    if isinstance(value, (list, tuple, array.array)):
+        return [to_plain(v) for v in value]
+    if hasattr(value, "tolist"):  # numpy arrays (fixed-size fields) and scalars
+        return value.tolist()
+    return value
+
+
+def fill(msg: Any, plain: dict[str, Any]) -> Any:
+    """Set ``msg``'s fields from a `to_plain` dict (missing keys keep their defaults); returns ``msg``."""
+    types = msg.get_fields_and_field_types()
+    for name, value in plain.items():
+        if name not in types:
+            raise KeyError(f"{type(msg).__name__} has no field {name!r}")
+        kind = types[name]
+        if "/" in kind and kind.startswith("sequence<"):
+            element = message_class(kind)
+            setattr(msg, name, [fill(element(), v) for v in value])
+        elif "/" in kind:
+            fill(getattr(msg, name), value)
+        else:
+            setattr(msg, name, value)
+    return msg
+
+
+class Peer:
+    """The node and its endpoints; `handle` runs one command."""
+
+    def __init__(self) -> None:
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node("ros2_peer", context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.lock = threading.Lock()
+        self.received: dict[str, dict[str, Any]] = {}
+        self.subscriptions: dict[str, Any] = {}
+        self.publishers: dict[str, Any] = {}
+        self.timers: dict[str, Any] = {}
+        self.spinner = threading.Thread(target=self.executor.spin, daemon=True)
+        self.spinner.start()
+
+    def handle(self, cmd: dict[str, Any]) -> Any:
+        op = cmd.pop("op")
+        return getattr(self, f"op_{op}")(**cmd)
+
+    def op_subscribe(self, topic: str, msg_type: str, qos: str = "default", keep: int = 1) -> dict[str, Any]:
+        with self.lock:
+            self.received[topic] = {"count": 0, "messages": collections.deque(maxlen=keep)}
+
+        def on_message(msg: Any) -> None:
+            plain = to_plain(msg)
+            with self.lock:
+                entry = self.received[topic]
+                entry["count"] += 1
+                entry["messages"].append(plain)
+
+        self.subscriptions[topic] = self.node.create_subscription(message_class(msg_type), topic, on_message,
+                                                                  PROFILES[qos])
+        return {"ok": True}
+
+    def op_publish(self, topic: str, msg_type: str, msg: dict[str, Any], qos: str = "default", rate_hz: float = 0.0,
+                   wait_matched: float = 0.0) -> dict[str, Any]:
+        cls = message_class(msg_type)
+        if topic not in self.publishers:
+            self.publishers[topic] = self.node.create_publisher(cls, topic, PROFILES[qos])
+        pub = self.publishers[topic]
+        message = fill(cls(), msg)
+        matched = self._wait(lambda: pub.get_subscription_count() > 0, wait_matched)
+        self.op_stop(topic)
+        if rate_hz > 0:
+            self.timers[topic] = self.node.create_timer(1.0 / rate_hz, lambda: pub.publish(message))
+        pub.publish(message)
+        return {"ok": True, "matched": matched}
+
+    def op_stop(self, topic: str) -> dict[str, Any]:
+        timer = self.timers.pop(topic, None)
+        if timer is not None:
+            self.node.destroy_timer(timer)
+        return {"ok": True}
+
+    def op_received(self, topics: list[str], reset: bool = False) -> dict[str, Any]:
+        out = {}
+        with self.lock:
+            for topic in topics:
+                entry = self.received[topic]
+                out[topic] = {"count": entry["count"], "messages": list(entry["messages"])}
+                if reset:
+                    entry["count"] = 0
+                    entry["messages"].clear()
+        return out
+
+    def op_graph(self, topics: list[str]) -> dict[str, Any]:
+        def describe(infos: list) -> list[dict[str, Any]]:
+            return [{"type": info.topic_type, "node": info.node_name,
+                     "reliability": info.qos_profile.reliability.name, "durability": info.qos_profile.durability.name}
+                    for info in infos]
+
+        return {topic: {"publishers": describe(self.node.get_publishers_info_by_topic(topic)),
+                        "subscriptions": describe(self.node.get_subscriptions_info_by_topic(topic))}
+                for topic in topics}
+
+    def op_quit(self) -> dict[str, Any]:
+        return {"ok": True}
+
+    @staticmethod
+    def _wait(condition: Callable[[], bool], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def close(self) -> None:
+        self.executor.shutdown()
+        self.spinner.join(timeout=5.0)
+        self.node.destroy_node()
+        self.context.try_shutdown()
+
+
+def serve() -> int:
+    peer = Peer()
+    print(json.dumps({"ready": True, "node": peer.node.get_fully_qualified_name()}), flush=True)
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            cmd = json.loads(line)
+            quit_ = cmd.get("op") == "quit"
+            try:
+                reply = peer.handle(cmd)
+            except Exception as e:  # report and keep serving: the test decides
+                reply = {"error": f"{type(e).__name__}: {e}"}
+            print(json.dumps(reply), flush=True)
+            if quit_:
+                break
+    finally:
+        peer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["serve"]:
+        sys.exit(f"usage: {sys.argv[0]} serve  (commands as JSON lines on stdin; see the docstring)")
+    sys.exit(serve())
