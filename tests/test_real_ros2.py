@@ -321,6 +321,34 @@ def test_rclpy_transport_refuses_ackermann_and_names_the_dds_transport(ros_env: 
             transport.subscribe("/x", msgs.ACKERMANN_DRIVE_STAMPED, lambda m, t: None)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_record_discovers_and_records_a_ros2_nodes_topics(kind: str, ros_env: dict[str, str], tmp_path: Path) -> None:
+    """``robolearn record`` without types: they and a matching QoS come from the ROS 2 node's publishers (Cyclone's
+    built-in topics on dds, the rclpy graph on rclpy), and the bag holds the node's messages unchanged."""
+    require_ros2()
+    from real.recorder import Recorder, discover_topics
+    from real.transport import Durability, Reliability
+
+    sample = samples()
+    with Ros2Peer(ros_env) as peer, make_transport(kind, node_name="robolearn_record") as transport:
+        peer.publish("/odom", msgs.ODOMETRY, plain(sample[msgs.ODOMETRY]), "sensor_data", rate_hz=50)
+        peer.publish("/mode", msgs.BOOL, plain(sample[msgs.BOOL]), "latched")
+        found = discover_topics(transport, ["/odom", "/mode"], timeout=20)
+        assert found["/odom"][0] == msgs.ODOMETRY and found["/mode"][0] == msgs.BOOL
+        assert found["/odom"][1].reliability is Reliability.BEST_EFFORT  # a best-effort publisher: subscribe so
+        assert found["/mode"][1].durability is Durability.TRANSIENT_LOCAL  # all latched: get the held message
+        with Recorder(transport, tmp_path / "bag", [(t, ty, q) for t, (ty, q) in found.items()]) as rec:
+            counts = lambda: {t.name: t.count for t in rec.bag.topics}  # noqa: E731
+            assert wait_until(lambda: counts().get("/odom", 0) >= 10 and counts().get("/mode", 0) >= 1, timeout=20)
+    from rosbags.highlevel import AnyReader
+
+    with AnyReader([tmp_path / "bag"]) as reader:
+        got = {c.topic: [(c.msgtype, raw) for _, _, raw in reader.messages([c])] for c in reader.connections}
+    assert [ty for ty, _ in got["/mode"]] == [msgs.BOOL] and [ty for ty, _ in got["/odom"]][0] == msgs.ODOMETRY
+    assert msgs.deserialize(got["/mode"][0][1], msgs.BOOL).data is True and len(got["/odom"]) >= 10
+    assert_same(plain(msgs.deserialize(got["/odom"][-1][1], msgs.ODOMETRY)), plain(sample[msgs.ODOMETRY]), "/odom")
+
+
 # --- the fake car and the runner against the ROS 2 node ------------------------------------------------------------
 
 
