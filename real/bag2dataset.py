@@ -122,6 +122,13 @@ def _read(bag: Path, topics: set[str]) -> tuple[dict[str, _Series], dict[str, st
     from rosbags.highlevel import AnyReader
     from rosbags.highlevel.anyreader import AnyReaderError
 
+    from real.bagfile import mcap_complete
+
+    files = [bag] if bag.is_file() else sorted(bag.glob("*.mcap"))
+    unfinished = [f.name for f in files if f.suffix == ".mcap" and not mcap_complete(f)]
+    if unfinished:  # rosbags may still read some of it; never convert half a bag silently
+        raise DatasetError(f"bag {bag} has unfinished files {unfinished} (a recorder killed mid-run?): "
+                           "try repair=true")
     reader = AnyReader([bag], default_typestore=msgs.typestore())
     try:
         reader.open()
