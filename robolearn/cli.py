@@ -54,6 +54,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("robolearn.evaluate:cmd_eval", "robolearn.evaluate:EvalConfig"),
     "render": ("robolearn.evaluate:cmd_render", "robolearn.evaluate:RenderConfig"),
     "tasks": ("robolearn.cli:cmd_tasks", "robolearn.cli:TasksConfig"),
+    "collect": ("robolearn.collect:cmd_collect", "robolearn.collect:CollectConfig"),
     "deploy": ("real.deploy:cmd_deploy", "real.deploy:DeployConfig"),
     "fake-robot": ("real.fake_robot:cmd_fake_robot", "real.fake_robot:FakeRobotConfig"),
     "record": ("real.recorder:cmd_record", "real.recorder:RecordConfig"),

@@ -1,0 +1,210 @@
+"""`robolearn collect`: offline datasets from the simulator, D4RL-style, batched over many envs.
+
+    robolearn collect env=cheetah-run kind=random episodes=100 out=data/cheetah-run-random
+    robolearn collect env=cheetah-run kind=expert policy=runs/<run>/checkpoints/final episodes=100 format=minari
+    robolearn collect env=cheetah-run kind=medium-expert policy=<medium ckpt> expert_policy=<expert ckpt> ...
+
+Kinds (D4RL's recipes): ``random`` (uniform actions), ``medium`` / ``expert`` (a checkpoint's stochastic policy,
+as D4RL sampled its SAC policies; medium is a checkpoint at about 1/3 of the expert's normalised score: pick it
+from a training run's checkpoints), ``medium-expert`` (half medium, half expert episodes, D4RL's 1:1 mix).
+Replay kinds (``medium-replay``, ``full-replay``: a training run's replay buffer) and the goal-conditioned
+maze kinds are not here yet.
+
+Every env runs whole episodes; an episode's T+1 observations include the final one (``final_obs`` before the
+auto-reset), time-outs are truncations, true terminal states terminations. The metadata carries the task,
+kind, policies, seed, return statistics and the task's reference returns (``ref_min_score``: mean return of
+uniform random actions, measured here when not given; ``ref_max_score``: the expert's, given as
+``ref_max_score=`` or measured from ``kind=expert`` runs) so scores normalise as D4RL's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from robolearn.config import EnvConfig, make_env
+from robolearn.data.dataset import Dataset
+from robolearn.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+KINDS = ("random", "medium", "expert", "medium-expert")
+Actor = Callable[[Any], torch.Tensor]
+
+
+@dataclasses.dataclass
+class CollectConfig:
+    """`robolearn collect`: episodes of a policy (or random actions) in `env`, written as a dataset."""
+
+    env: EnvConfig = dataclasses.field(default_factory=EnvConfig)  # env=<task>; env.num_envs envs step together
+    kind: str = "random"            # random | medium | expert | medium-expert
+    episodes: int = 100             # whole episodes to keep (per policy for medium-expert: half each)
+    policy: str | None = None       # checkpoint of medium / expert (the medium one for medium-expert)
+    expert_policy: str | None = None  # medium-expert: the expert checkpoint
+    out: str | None = None          # the dataset to create (default: data/<task>-<kind>)
+    format: str = "robolearn"       # robolearn | minari | d4rl | lerobot
+    seed: int = 0
+    ref_min_score: float | None = None  # null: measured (mean return of random actions, ref_episodes episodes)
+    ref_max_score: float | None = None  # null: the expert's mean return when kind=expert, else unknown
+    ref_episodes: int = 20
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigError(f"collect kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.kind != "random" and not self.policy:
+            raise ConfigError(f"collect kind={self.kind} needs policy=<checkpoint>")
+        if self.kind == "medium-expert" and not self.expert_policy:
+            raise ConfigError("collect kind=medium-expert needs policy=<medium checkpoint> and "
+                              "expert_policy=<expert checkpoint>")
+        if self.episodes < 1:
+            raise ConfigError(f"collect episodes must be >= 1, got {self.episodes}")
+
+
+@torch.no_grad()
+def rollout(env: Any, actor: Actor, episodes: int, progress: bool = False,
+            label: str = "collect") -> list[dict[str, Any]]:
+    """``episodes`` whole episodes of ``actor`` over the batched ``env`` (started episodes past the count are
+    discarded, so none is cut short): a list of episode mappings for `Dataset.from_episodes`."""
+    n = env.num_envs
+    obs = env.reset()
+    steps: list[dict[str, Any]] = []  # per step: obs groups [n, ...], action, reward, terminated, time_out, final
+    done_count = 0
+    start = np.zeros(n, dtype=np.int64)  # the step index each env's current episode began at
+    out: list[dict[str, Any]] = []
+    bar = _progress(episodes, label) if progress else None
+    while done_count < episodes:
+        actions = actor(obs)
+        next_obs, rewards, dones, extras = env.step(actions)
+        time_outs = extras["time_outs"].bool().cpu().numpy()
+        dones_np = dones.bool().cpu().numpy()
+        steps.append({"obs": {g: v.cpu().numpy() for g, v in obs.items()}, "action": actions.cpu().numpy(),
+                      "reward": rewards.cpu().numpy(), "terminated": dones_np & ~time_outs, "time_out": time_outs,
+                      "final": {g: v.cpu().numpy() for g, v in extras["final_obs"].items()}})
+        t = len(steps) - 1
+        for i in np.flatnonzero(dones_np):
+            if done_count < episodes:
+                out.append(_episode(steps, i, int(start[i]), t))
+                done_count += 1
+                if bar is not None:
+                    bar.update(1)
+            start[i] = t + 1
+        # steps every live episode still needs are those from the earliest start on: drop the rest
+        first = int(start.min())
+        if first > 0 and done_count < episodes:
+            steps = steps[first:]
+            start -= first
+        obs = next_obs
+    if bar is not None:
+        bar.close()
+    return out
+
+
+def _episode(steps: list[dict[str, Any]], env: int, s: int, t: int) -> dict[str, Any]:
+    """Env ``env``'s episode over steps s..t (inclusive): T+1 observations ending in the final observation."""
+    part = steps[s : t + 1]
+    groups = part[0]["obs"].keys()
+    obs = {g: np.stack([p["obs"][g][env] for p in part] + [part[-1]["final"][g][env]]) for g in groups}
+    return {"observations": obs, "actions": np.stack([p["action"][env] for p in part]),
+            "rewards": np.array([p["reward"][env] for p in part], dtype=np.float32),
+            "terminations": np.array([p["terminated"][env] for p in part]),
+            "truncations": np.array([p["time_out"][env] for p in part])}
+
+
+def random_actor(env: Any, seed: int) -> Actor:
+    """Uniform actions in [-1, 1] (the sim's normalised action range), seeded."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def act(_obs: Any) -> torch.Tensor:
+        return (torch.rand((env.num_envs, env.num_actions), generator=gen) * 2 - 1).to(env.device)
+
+    return act
+
+
+def policy_actor(path: str, env: Any, seed: int) -> Actor:
+    """A checkpoint's stochastic policy (D4RL sampled its behaviour policies, it did not take their mean)."""
+    from robolearn.policy_io import load_policy
+
+    policy = load_policy(path, mode="sample", seed=seed)
+    policy.to(env.device)
+    return policy
+
+
+def collect(cfg: CollectConfig) -> Dataset:
+    """The dataset `cfg` describes (not yet written)."""
+    env_cfg = dataclasses.asdict(cfg.env)
+    env = make_env(env_cfg, cfg.seed)
+    began = time.perf_counter()
+    try:
+        if cfg.kind == "random":
+            episodes = rollout(env, random_actor(env, cfg.seed), cfg.episodes, cfg.progress, "random")
+        elif cfg.kind in ("medium", "expert"):
+            episodes = rollout(env, policy_actor(cfg.policy, env, cfg.seed), cfg.episodes, cfg.progress, cfg.kind)
+        else:  # medium-expert: D4RL concatenates equal parts
+            half = cfg.episodes // 2
+            episodes = rollout(env, policy_actor(cfg.policy, env, cfg.seed), cfg.episodes - half, cfg.progress,
+                               "medium")
+            episodes += rollout(env, policy_actor(cfg.expert_policy, env, cfg.seed + 1), half, cfg.progress, "expert")
+        returns = np.array([float(np.sum(e["rewards"], dtype=np.float64)) for e in episodes])
+        ref_min = cfg.ref_min_score
+        if ref_min is None:
+            ref_min = returns.mean() if cfg.kind == "random" else _random_return(env, cfg)
+        ref_max = cfg.ref_max_score
+        if ref_max is None and cfg.kind == "expert":
+            ref_max = float(returns.mean())
+    finally:
+        env.close()
+    meta = {"task": cfg.env.name, "kind": cfg.kind, "seed": cfg.seed, "policy": cfg.policy,
+            "expert_policy": cfg.expert_policy, "env": env_cfg, "collected_with": "robolearn collect",
+            "return_mean": float(returns.mean()), "return_std": float(returns.std()),
+            "ref_min_score": None if ref_min is None else float(ref_min),
+            "ref_max_score": None if ref_max is None else float(ref_max),
+            "collection_seconds": time.perf_counter() - began}
+    return Dataset.from_episodes(episodes, {k: v for k, v in meta.items() if v is not None},
+                                 source=f"collect {cfg.env.name} {cfg.kind}")
+
+
+def _random_return(env: Any, cfg: CollectConfig) -> float:
+    """The task's random-policy reference return (D4RL's ref_min_score): mean of ``ref_episodes`` episodes."""
+    episodes = rollout(env, random_actor(env, cfg.seed + 10_000), cfg.ref_episodes, False)
+    return float(np.mean([np.sum(e["rewards"], dtype=np.float64) for e in episodes]))
+
+
+def _progress(total: int, label: str) -> Any:
+    from rich.progress import Progress
+
+    class Bar:
+        def __init__(self) -> None:
+            self.p = Progress(transient=True)
+            self.p.start()
+            self.task = self.p.add_task(f"{label} episodes", total=total)
+
+        def update(self, k: int) -> None:
+            self.p.advance(self.task, k)
+
+        def close(self) -> None:
+            self.p.stop()
+
+    return Bar()
+
+
+def cmd_collect(cfg: CollectConfig) -> int:
+    """Collect and write the dataset; prints where, its size and its returns."""
+    from robolearn.data.formats import save_dataset
+
+    out = Path(cfg.out or f"data/{cfg.env.name}-{cfg.kind}")
+    if out.exists():
+        raise ConfigError(f"out={out} exists already; datasets are never overwritten")
+    dataset = collect(cfg)
+    path = save_dataset(dataset, out, cfg.format)
+    m = dataset.metadata
+    print(f"wrote {dataset.num_episodes} episodes, {dataset.num_steps} steps ({cfg.format}) to {path} in "
+          f"{m['collection_seconds']:.1f} s: return {m['return_mean']:.1f} +- {m['return_std']:.1f}")
+    return 0

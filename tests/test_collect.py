@@ -1,0 +1,55 @@
+"""robolearn collect: whole episodes from the batched sim (T+1 observations ending in the final one), time-outs as
+truncations, reference returns in the metadata, written in a chosen format."""
+
+import numpy as np
+import pytest
+import torch
+
+from robolearn.cli import main
+from robolearn.collect import CollectConfig, collect, rollout
+from robolearn.config import EnvConfig, make_env
+from robolearn.data.formats import load_dataset
+from robolearn.errors import ConfigError
+
+SHORT = {"episode_length": 30}
+
+
+def test_rollout_keeps_whole_episodes_with_their_final_observation():
+    env = make_env({"name": "cartpole-balance", "num_envs": 4, "backend": "mujoco", "overrides": SHORT}, seed=0)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        episodes = rollout(env, lambda _obs: torch.rand((4, env.num_actions), generator=gen) * 2 - 1, 6)
+    finally:
+        env.close()
+    assert len(episodes) == 6  # the 2 extra episodes the 4 envs started in the second round are discarded
+    for ep in episodes:
+        obs = ep["observations"]["policy"]
+        assert obs.shape[0] == 31 and ep["actions"].shape == (30, env.num_actions)
+        assert ep["truncations"][-1] and not ep["truncations"][:-1].any() and not ep["terminations"].any()
+        assert np.isfinite(obs).all() and not np.array_equal(obs[-1], obs[-2])  # the final obs is a real step
+
+
+def test_collect_random_and_cli_formats(tmp_path, capsys):
+    cfg = CollectConfig(env=EnvConfig("cartpole-balance", num_envs=4, backend="mujoco", overrides=SHORT),
+                        episodes=5, ref_episodes=4, progress=False)
+    data = collect(cfg)
+    assert (data.num_episodes, data.num_steps) == (5, 150)
+    m = data.metadata
+    assert m["task"] == "cartpole-balance" and m["kind"] == "random" and m["ref_min_score"] == pytest.approx(
+        data.episode_returns().mean())
+    code = main(["collect", "env=cartpole-balance", "env.num_envs=4", "env.backend=mujoco",
+                 "+env.overrides.episode_length=30", "episodes=3", f"out={tmp_path / 'ds'}", "progress=false"])
+    assert code == 0
+    loaded = load_dataset(tmp_path / "ds")
+    assert loaded.num_episodes == 3 and loaded.metadata["task"] == "cartpole-balance"
+    assert main(["collect", "env=cartpole-balance", f"out={tmp_path / 'ds'}"]) != 0
+    assert "never overwritten" in capsys.readouterr().err
+
+
+def test_collect_config_errors():
+    with pytest.raises(ConfigError, match="kind must be one of"):
+        CollectConfig(kind="medium-replay")
+    with pytest.raises(ConfigError, match="needs policy"):
+        CollectConfig(kind="expert")
+    with pytest.raises(ConfigError, match="expert_policy"):
+        CollectConfig(kind="medium-expert", policy="a")
