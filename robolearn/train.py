@@ -100,26 +100,33 @@ def make_runner(env: Any, cfg: dict[str, Any], run_dir: Path, seed: int):
 
 
 def offline_buffer(path: str | None, env: Any, algo_cfg: Any, device: torch.device):
-    """The offline dataset (`algo.offline_data`, a robolearn episode folder) as a replay buffer, or None.
+    """The offline dataset (`algo.offline_data`: any format `robolearn.data.formats` reads) as a replay buffer.
 
-    Its observations must be the env's `"policy"` observations (same size); batches then mix it in at
-    `algo.offline_ratio` (RLPD's and SERL's 50/50). Without a dataset every batch is online.
+    It needs the env's observation groups that the learner reads ("policy", and "critic" where the env has a
+    separate one) with the env's sizes; batches then mix it in at `algo.offline_ratio` (RLPD's and SERL's
+    50/50). Without a dataset every batch is online.
     """
     if not path:
         if algo_cfg.offline_ratio > 0:
             print(f"note: offline_ratio {algo_cfg.offline_ratio} but no algo.offline_data: every batch is online")
         return None
-    from robolearn.data.episodes import load_episodes, to_replay_buffer
+    from robolearn.data.dataset import to_replay_buffer
+    from robolearn.data.formats import load_dataset
 
-    episodes, _ = load_episodes(path)
-    obs_dim, act_dim = episodes[0].observations.shape[1], episodes[0].actions.shape[1]
-    want = env.observation_shapes["policy"][0]
-    if obs_dim != want or act_dim != env.num_actions:
-        raise ConfigError(f"offline data {path} has observations of size {obs_dim} and actions of size {act_dim}; "
-                          f"the env has {want} and {env.num_actions}")
-    if "critic" in env.observation_shapes and env.observation_shapes["critic"] != env.observation_shapes["policy"]:
-        raise ConfigError(f"offline data {path} has policy observations only, but this env's critic reads "
-                          "privileged observations: use a task without a separate critic group")
-    buffer = to_replay_buffer(episodes, device=str(device), n_step=algo_cfg.n_step, gamma=algo_cfg.gamma)
-    print(f"offline data: {len(buffer)} transitions from {len(episodes)} episodes in {path}")
+    data = load_dataset(path)
+    groups = ["policy"] + (["critic"] if "critic" in env.observation_shapes else [])
+    for group in groups:
+        have = data.observations.get(group)
+        want = tuple(env.observation_shapes[group])
+        if have is None:
+            raise ConfigError(f"offline data {path} has observation groups {sorted(data.observations)}; this env's "
+                              f"learner reads {groups} (the critic group holds privileged observations)")
+        if tuple(have.shape[1:]) != want:
+            raise ConfigError(f"offline data {path} has {group} observations of shape {tuple(have.shape[1:])}; "
+                              f"the env has {want}")
+    if data.actions.shape[1] != env.num_actions:
+        raise ConfigError(f"offline data {path} has actions of size {data.actions.shape[1]}; the env has "
+                          f"{env.num_actions}")
+    buffer = to_replay_buffer(data, groups, device=str(device), n_step=algo_cfg.n_step, gamma=algo_cfg.gamma)
+    print(f"offline data: {len(buffer)} transitions from {data.num_episodes} episodes in {path}")
     return buffer

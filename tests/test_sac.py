@@ -141,7 +141,8 @@ def test_td3_trains_from_the_cli(tmp_path):
 
 
 def test_offline_data_from_an_episode_folder(tmp_path, capsys):
-    """`algo.offline_data` loads a robolearn episode folder into the offline buffer; a size mismatch is an error."""
+    """`algo.offline_data` loads a robolearn episode folder (any dataset format) into the offline buffer; a size
+    mismatch is an error."""
     import numpy as np
 
     from robolearn.data.episodes import Episode, save_episodes
@@ -161,5 +162,5 @@ def test_offline_data_from_an_episode_folder(tmp_path, capsys):
     wide = Episode(observations=np.zeros((3, 5)), actions=np.zeros((2, 1)), rewards=np.zeros(2),
                    terminations=np.zeros(2, bool), truncations=np.array([False, True]))
     save_episodes(tmp_path / "wide", [wide])
-    with pytest.raises(Exception, match="observations of size 5"):
+    with pytest.raises(Exception, match=r"policy observations of shape \(5,\); the env has \(3,\)"):
         train(["algo=rlpd", f"run_dir={tmp_path / 'bad'}", f"algo.offline_data={tmp_path / 'wide'}", *common])

@@ -333,6 +333,25 @@ class Transitions:
         return self.get(np.arange(len(self)))
 
 
+def to_replay_buffer(dataset: Dataset, groups: Iterable[str] = (DEFAULT_GROUP,), device: str = "cpu",
+                     n_step: int = 1, gamma: float = 0.99) -> Any:
+    """A `robolearn.buffers.ReplayBuffer` holding every transition, with the observation ``groups`` given
+    (n-step returns stop at terminations and bootstrap at time-outs, as the buffer does for online data)."""
+    import torch
+
+    from robolearn.buffers import ReplayBuffer
+
+    groups = list(groups)
+    flats = {g: dataset.transitions(g).arrays() for g in groups}
+    first = flats[groups[0]]
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    return ReplayBuffer.from_transitions(
+        {g: t(f["obs"]) for g, f in flats.items()}, t(first["actions"]), t(first["rewards"]),
+        {g: t(f["next_obs"]) for g, f in flats.items()}, t(first["terminated"]), t(first["truncated"]),
+        device=device, n_step=n_step, gamma=gamma,
+    )  # fmt: skip
+
+
 def _as(value: Any, dtype: Any, where: str, name: str) -> np.ndarray:
     try:
         arr = value if isinstance(value, np.ndarray) and value.dtype == dtype else np.asarray(value, dtype=dtype)
