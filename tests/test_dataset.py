@@ -86,3 +86,15 @@ def test_bad_episodes_raise_dataset_error_naming_the_field():
     for eps, match in cases:
         with pytest.raises(DatasetError, match=match):
             Dataset.from_episodes(eps, source="test")
+
+
+def test_load_checks_values_on_request(tmp_path):
+    """`save` checked the values; `load` trusts them unless asked (a file edited or copied from elsewhere)."""
+    data = Dataset.from_episodes(episodes())
+    folder = data.save(tmp_path / "ds")
+    rewards = np.load(folder / "rewards.npy")
+    rewards[3] = np.nan
+    np.save(folder / "rewards.npy", rewards)
+    assert Dataset.load(folder).num_steps == data.num_steps  # shapes and dtypes still match the index
+    with pytest.raises(DatasetError, match=r"rewards has NaN or inf \(row 3\)"):
+        Dataset.load(folder, check_values=True)

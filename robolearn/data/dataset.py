@@ -28,6 +28,7 @@ milliseconds and pages in on use) and ``dataset.json`` (format, version, shapes,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -77,22 +78,27 @@ class Dataset:
     infos: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
     source: str = "dataset"  # the file or folder it came from, for error messages
+    check_values: dataclasses.InitVar[bool] = True  # scan every float for NaN/inf (load skips it: save did it)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, check_values: bool) -> None:
         if not isinstance(self.observations, Mapping):
             self.observations = {DEFAULT_GROUP: self.observations}
         self.observations = dict(self.observations)
         self.lengths = np.asarray(self.lengths, dtype=np.int64).reshape(-1)
-        self.validate()
+        self.validate(check_values)
         self.step_starts = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)  # [E+1]
-        # the observation row of each step: its episode's earlier steps plus one extra row per earlier episode
-        self.obs_index = np.arange(self.num_steps, dtype=np.int64) + np.repeat(
+
+    @functools.cached_property
+    def obs_index(self) -> np.ndarray:
+        """The observation row of each step [N]: its own index plus one extra row per earlier episode."""
+        return np.arange(self.num_steps, dtype=np.int64) + np.repeat(
             np.arange(self.num_episodes, dtype=np.int64), self.lengths)
 
     # --- shape and content checks ------------------------------------------------------------------------
 
-    def validate(self) -> None:
-        """Raise `DatasetError` naming the source, field and fix for any inconsistency or non-finite value."""
+    def validate(self, check_values: bool = True) -> None:
+        """Raise `DatasetError` naming the source, field and fix for any inconsistency (and, with
+        ``check_values``, any NaN or inf: a full pass over the data)."""
         where = self.source
         if self.lengths.ndim != 1 or len(self.lengths) == 0:
             raise DatasetError(f"{where}: no episodes")
@@ -133,9 +139,11 @@ class Dataset:
             inner = inner[~np.isin(inner, ends)]
             raise DatasetError(f"{where}: end flags inside episodes (steps {inner[:5].tolist()}); split the data "
                                "into episodes at its terminations and truncations (lengths)")
+        if not check_values:
+            return
         for name, value in [("actions", self.actions), ("rewards", self.rewards),
                             *((f"observations[{g!r}]", o) for g, o in self.observations.items())]:
-            _check_finite(value, where, name)
+            check_finite(value, where, name)
 
     # --- sizes and episodes ------------------------------------------------------------------------------
 
@@ -255,7 +263,7 @@ class Dataset:
             index = {"format": FORMAT, "version": FORMAT_VERSION, "num_episodes": self.num_episodes,
                      "num_steps": self.num_steps, "arrays": {k: [list(v.shape), str(v.dtype)]
                                                              for k, v in arrays.items()},
-                     "metadata": _jsonable(self.metadata)}
+                     "metadata": jsonable(self.metadata)}
             (tmp / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True))
             os.replace(tmp, folder)
         except BaseException:
@@ -270,8 +278,12 @@ class Dataset:
         return out
 
     @classmethod
-    def load(cls, folder: str | Path, mmap: bool = True) -> Dataset:
-        """A dataset `save` wrote; arrays memory-mapped unless ``mmap=False``."""
+    def load(cls, folder: str | Path, mmap: bool = True, check_values: bool = False) -> Dataset:
+        """A dataset `save` wrote; arrays memory-mapped unless ``mmap=False``.
+
+        Shapes, flags and the index are checked; the values were checked for NaN/inf when the dataset was
+        saved, and the arrays against the index's shapes and dtypes here, so the full pass over the data
+        runs only with ``check_values=True`` (e.g. for files copied from elsewhere)."""
         folder = Path(folder)
         try:
             index = json.loads((folder / INDEX).read_text())
@@ -301,7 +313,7 @@ class Dataset:
             raise DatasetError(f"{folder / INDEX} lists no {missing or 'observations'}; the dataset is incomplete")
         pick = lambda prefix: {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}  # noqa: E731
         return cls(pick("observations."), *(arrays[k] for k in _STEP_FIELDS), arrays["lengths"], pick("infos."),
-                   index.get("metadata", {}), str(folder))
+                   index.get("metadata", {}), str(folder), check_values)
 
 
 class Transitions:
@@ -360,7 +372,8 @@ def _as(value: Any, dtype: Any, where: str, name: str) -> np.ndarray:
     return arr
 
 
-def _check_finite(value: np.ndarray, where: str, name: str) -> None:
+def check_finite(value: np.ndarray, where: str, name: str) -> None:
+    """Raise `DatasetError` naming ``where`` and ``name`` at the first row with a NaN or inf (chunked: memmaps)."""
     if not np.issubdtype(value.dtype, np.floating):
         return
     chunk = 1 << 22  # bounded memory on memory-mapped arrays
@@ -372,11 +385,12 @@ def _check_finite(value: np.ndarray, where: str, name: str) -> None:
             raise DatasetError(f"{where}: {name} has NaN or inf (row {row}); clean or drop those steps")
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """``value`` with numpy scalars and arrays as plain Python, non-finite floats as strings (for JSON)."""
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):
@@ -384,3 +398,6 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value
+
+
+_jsonable = jsonable  # TODO(session): drop once formats/minari.py and lerobot.py import the public names

@@ -80,7 +80,7 @@ import h5py
 import numpy as np
 
 import robolearn
-from robolearn.data.dataset import DEFAULT_GROUP, Dataset, _check_finite, _jsonable
+from robolearn.data.dataset import DEFAULT_GROUP, Dataset, check_finite, jsonable
 from robolearn.errors import DatasetError
 
 SUFFIXES = (".hdf5", ".h5")
@@ -209,7 +209,7 @@ def read(path: Path, env: str | None = None, *, terminal_obs: str = "repeat", ma
     for name, value in (("observations", obs), ("next_observations", next_obs), ("actions", actions),
                         ("rewards", rewards)):
         if value is not None:
-            _check_finite(value, where, name)
+            check_finite(value, where, name)
     terminals = _flags(raw["terminals"], where, "terminals")
     if "timeouts" in raw:
         timeouts = _flags(raw["timeouts"], where, "timeouts") & ~terminals  # both: the termination is the truth
@@ -539,7 +539,7 @@ def _write_metadata(f: h5py.File, key: str, value: Any) -> None:
             return
         except (OverflowError, TypeError):
             pass
-    f[name] = json.dumps(_jsonable(value))
+    f[name] = json.dumps(jsonable(value))
     f[name].attrs["json"] = True
 
 
