@@ -48,7 +48,7 @@ class CollectConfig:
     episodes: int = 100             # whole episodes to keep (per policy for medium-expert: half each)
     policy: str | None = None       # checkpoint of medium / expert (the medium one for medium-expert)
     expert_policy: str | None = None  # medium-expert: the expert checkpoint
-    out: str | None = None          # the dataset to create (default: data/<task>-<kind>)
+    out: str | None = None          # the dataset to create (default: data/<task>-<kind>-v0)
     format: str = "robolearn"       # robolearn | minari | d4rl | lerobot
     seed: int = 0
     ref_min_score: float | None = None  # null: measured (mean return of random actions, ref_episodes episodes)
@@ -141,6 +141,7 @@ def collect(cfg: CollectConfig) -> Dataset:
     """The dataset `cfg` describes (not yet written)."""
     env_cfg = dataclasses.asdict(cfg.env)
     env = make_env(env_cfg, cfg.seed)
+    env_cfg["policy_dt"] = float(env.task.cfg.ctrl_dt * env.task.cfg.action_repeat)  # as train records it
     began = time.perf_counter()
     try:
         if cfg.kind == "random":
@@ -162,6 +163,7 @@ def collect(cfg: CollectConfig) -> Dataset:
     finally:
         env.close()
     meta = {"task": cfg.env.name, "kind": cfg.kind, "seed": cfg.seed, "policy": cfg.policy,
+            "fps": 1.0 / env_cfg["policy_dt"],
             "expert_policy": cfg.expert_policy, "env": env_cfg, "collected_with": "robolearn collect",
             "return_mean": float(returns.mean()), "return_std": float(returns.std()),
             "ref_min_score": None if ref_min is None else float(ref_min),
@@ -199,7 +201,7 @@ def cmd_collect(cfg: CollectConfig) -> int:
     """Collect and write the dataset; prints where, its size and its returns."""
     from robolearn.data.formats import save_dataset
 
-    out = Path(cfg.out or f"data/{cfg.env.name}-{cfg.kind}")
+    out = Path(cfg.out or f"data/{cfg.env.name}-{cfg.kind}-v0")  # -v0: a Minari dataset id too
     if out.exists():
         raise ConfigError(f"out={out} exists already; datasets are never overwritten")
     dataset = collect(cfg)

@@ -8,7 +8,7 @@ import torch
 from robolearn.cli import main
 from robolearn.collect import CollectConfig, collect, rollout
 from robolearn.config import EnvConfig, make_env
-from robolearn.data.formats import load_dataset
+from robolearn.data.formats import load_dataset, save_dataset
 from robolearn.errors import ConfigError
 
 SHORT = {"episode_length": 30}
@@ -42,6 +42,10 @@ def test_collect_random_and_cli_formats(tmp_path, capsys):
     assert code == 0
     loaded = load_dataset(tmp_path / "ds")
     assert loaded.num_episodes == 3 and loaded.metadata["task"] == "cartpole-balance"
+    for fmt in ("minari", "d4rl", "lerobot"):  # every writer takes a collected dataset, and reads it back
+        path = save_dataset(data, tmp_path / fmt / "cartpole-balance-random-v0", fmt)  # a Minari-style id
+        again = load_dataset(path)
+        assert again.num_steps == data.num_steps and np.allclose(again.rewards, data.rewards), fmt
     assert main(["collect", "env=cartpole-balance", f"out={tmp_path / 'ds'}"]) != 0
     assert "never overwritten" in capsys.readouterr().err
 

@@ -48,6 +48,10 @@ def test_save_and_load_memory_mapped(tmp_path):
     assert np.array_equal(again.infos["success"], data.infos["success"])
     with pytest.raises(DatasetError, match="never overwritten"):
         data.save(folder)
+    nested = Dataset(data.observations | {"arm/qpos": data.observations["policy"]}, data.actions, data.rewards,
+                     data.terminations, data.truncations, data.lengths, {"sub/x": data.rewards})
+    again = Dataset.load(nested.save(tmp_path / "nested"))  # nested Minari keys hold "/": escaped file names
+    assert np.array_equal(again.observations["arm/qpos"], data.observations["policy"]) and "sub/x" in again.infos
 
 
 @pytest.mark.parametrize("damage, match", [

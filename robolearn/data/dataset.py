@@ -34,6 +34,7 @@ import math
 import os
 import shutil
 import tempfile
+import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -259,7 +260,7 @@ class Dataset:
         try:
             arrays = self._arrays()
             for key, value in arrays.items():
-                np.save(tmp / f"{key}.npy", np.ascontiguousarray(value), allow_pickle=False)
+                np.save(tmp / _file_name(key), np.ascontiguousarray(value), allow_pickle=False)
             index = {"format": FORMAT, "version": FORMAT_VERSION, "num_episodes": self.num_episodes,
                      "num_steps": self.num_steps, "arrays": {k: [list(v.shape), str(v.dtype)]
                                                              for k, v in arrays.items()},
@@ -297,7 +298,7 @@ class Dataset:
             raise DatasetError(f"{folder} has dataset format version {index['version']}; upgrade robolearn")
         arrays = {}
         for key, (shape, dtype) in index.get("arrays", {}).items():
-            path = folder / f"{key}.npy"
+            path = folder / _file_name(key)
             try:
                 value = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
             except FileNotFoundError:
@@ -364,6 +365,11 @@ def to_replay_buffer(dataset: Dataset, groups: Iterable[str] = (DEFAULT_GROUP,),
     )  # fmt: skip
 
 
+def _file_name(key: str) -> str:
+    """The ``.npy`` file of an array key; group and info names may hold "/" (nested Minari keys): escaped."""
+    return urllib.parse.quote(key, safe=".-_") + ".npy"
+
+
 def _as(value: Any, dtype: Any, where: str, name: str) -> np.ndarray:
     try:
         arr = value if isinstance(value, np.ndarray) and value.dtype == dtype else np.asarray(value, dtype=dtype)
@@ -399,5 +405,3 @@ def jsonable(value: Any) -> Any:
         return str(value)
     return value
 
-
-_jsonable = jsonable  # TODO(session): drop once formats/minari.py and lerobot.py import the public names

@@ -69,7 +69,7 @@ from typing import Any
 
 import numpy as np
 
-from robolearn.data.dataset import DEFAULT_GROUP, Dataset, _jsonable
+from robolearn.data.dataset import DEFAULT_GROUP, Dataset, jsonable
 from robolearn.errors import DatasetError
 
 METADATA = "metadata.json"
@@ -846,7 +846,7 @@ def _write_metadata(dataset: Dataset, dataset_id: str, data_format: str, minari_
         meta["ref_min_score"], meta["ref_max_score"] = lo, hi
         if isinstance(ours.get("num_episodes_average_score"), int):
             meta["num_episodes_average_score"] = ours["num_episodes_average_score"]
-    meta[ROBOLEARN_KEY] = json.loads(json.dumps(_jsonable(ours), default=str))
+    meta[ROBOLEARN_KEY] = json.loads(json.dumps(jsonable(ours), default=str))
     return meta
 
 
