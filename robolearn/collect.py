@@ -8,7 +8,8 @@ Kinds (D4RL's recipes): ``random`` (uniform actions), ``medium`` / ``expert`` (a
 as D4RL sampled its SAC policies; medium is a checkpoint at about 1/3 of the expert's normalised score: pick it
 from a training run's checkpoints), ``medium-expert`` (half medium, half expert episodes, D4RL's 1:1 mix).
 Replay kinds (``medium-replay``, ``full-replay``: a training run's replay buffer) and the goal-conditioned
-maze kinds are not here yet.
+maze kinds are not here yet. ``pixels.enabled=true`` (``pixels.camera``, ``pixels.width``, ``pixels.height``)
+adds the camera's frames as a ``pixels`` observation group (uint8 [H, W, 3]; LeRobot exports them as mp4).
 
 Every env runs whole episodes; an episode's T+1 observations include the final one (``final_obs`` before the
 auto-reset), time-outs are truncations, true terminal states terminations. The metadata carries the task,
@@ -40,6 +41,16 @@ Actor = Callable[[Any], torch.Tensor]
 
 
 @dataclasses.dataclass
+class PixelsConfig:
+    """Camera frames as a "pixels" observation group (uint8 [H, W, 3], rendered by MuJoCo on the host)."""
+
+    enabled: bool = False
+    camera: str | None = None       # a camera of the task's model; null: its default view
+    width: int = 64
+    height: int = 64
+
+
+@dataclasses.dataclass
 class CollectConfig:
     """`robolearn collect`: episodes of a policy (or random actions) in `env`, written as a dataset."""
 
@@ -54,6 +65,7 @@ class CollectConfig:
     ref_min_score: float | None = None  # null: measured (mean return of random actions, ref_episodes episodes)
     ref_max_score: float | None = None  # null: the expert's mean return when kind=expert, else unknown
     ref_episodes: int = 20
+    pixels: PixelsConfig = dataclasses.field(default_factory=lambda: PixelsConfig())
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -140,7 +152,9 @@ def policy_actor(path: str, env: Any, seed: int) -> Actor:
 def collect(cfg: CollectConfig) -> Dataset:
     """The dataset `cfg` describes (not yet written)."""
     env_cfg = dataclasses.asdict(cfg.env)
-    env = make_env(env_cfg, cfg.seed)
+    pixels = cfg.pixels
+    env = make_env(env_cfg, cfg.seed, pixels={"camera": pixels.camera, "width": pixels.width,
+                                              "height": pixels.height} if pixels.enabled else None)
     env_cfg["policy_dt"] = float(env.task.cfg.ctrl_dt * env.task.cfg.action_repeat)  # as train records it
     began = time.perf_counter()
     try:

@@ -196,12 +196,14 @@ def algo_config(algo: dict[str, Any]) -> tuple[Any, Any]:
     return build(algo_class, algo_fields), (build(run_class, run_fields) if run_class else None)
 
 
-def make_env(env: dict[str, Any], seed: int, num_envs: int | None = None, device: str = "auto"):
-    """The VecEnv of a composed `env` config (`sim.make` with the task's overrides)."""
+def make_env(env: dict[str, Any], seed: int, num_envs: int | None = None, device: str = "auto",
+             pixels: dict[str, Any] | None = None):
+    """The VecEnv of a composed `env` config (`sim.make` with the task's overrides; ``pixels`` adds camera
+    frames as a "pixels" observation group)."""
     import sim
 
     return sim.make(env["name"], num_envs=num_envs or env["num_envs"], backend=env.get("backend", "auto"),
-                    seed=seed, device=device, **(env.get("overrides") or {}))
+                    seed=seed, device=device, pixels=pixels, **(env.get("overrides") or {}))
 
 
 def control_rate(run: dict[str, Any]) -> float | None:

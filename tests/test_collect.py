@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from robolearn.cli import main
-from robolearn.collect import CollectConfig, collect, rollout
+from robolearn.collect import CollectConfig, PixelsConfig, collect, rollout
 from robolearn.config import EnvConfig, make_env
 from robolearn.data.formats import load_dataset, save_dataset
 from robolearn.errors import ConfigError
@@ -57,3 +57,13 @@ def test_collect_config_errors():
         CollectConfig(kind="expert")
     with pytest.raises(ConfigError, match="expert_policy"):
         CollectConfig(kind="medium-expert", policy="a")
+
+
+def test_collect_with_pixels():
+    env = EnvConfig("cartpole-balance", num_envs=2, backend="mujoco", overrides={"episode_length": 8})
+    pixels = PixelsConfig(True, width=16, height=16)
+    cfg = CollectConfig(env=env, episodes=2, ref_min_score=0.0, progress=False, pixels=pixels)
+    data = collect(cfg)
+    frames = data.observations["pixels"]
+    assert frames.shape == (2 * 9, 16, 16, 3) and frames.dtype == np.uint8 and frames.std() > 0
+    assert data.observations["policy"].shape[0] == 18
