@@ -7,15 +7,21 @@
 Kinds (D4RL's recipes): ``random`` (uniform actions), ``medium`` / ``expert`` (a checkpoint's stochastic policy,
 as D4RL sampled its SAC policies; medium is a checkpoint at about 1/3 of the expert's normalised score: pick it
 from a training run's checkpoints), ``medium-expert`` (half medium, half expert episodes, D4RL's 1:1 mix).
-Replay kinds (``medium-replay``, ``full-replay``: a training run's replay buffer) and the goal-conditioned
-maze kinds are not here yet. ``pixels.enabled=true`` (``pixels.camera``, ``pixels.width``, ``pixels.height``)
-adds the camera's frames as a ``pixels`` observation group (uint8 [H, W, 3]; LeRobot exports them as mp4).
+The goal-conditioned maze kinds (``diverse``, ``play``) are not here yet. ``pixels.enabled=true``
+(``pixels.camera``, ``pixels.width``, ``pixels.height``) adds the camera's frames as a ``pixels`` observation
+group (uint8 [H, W, 3]; LeRobot exports them as mp4).
 
 Every env runs whole episodes; an episode's T+1 observations include the final one (``final_obs`` before the
 auto-reset), time-outs are truncations, true terminal states terminations. The metadata carries the task,
 kind, policies, seed, return statistics and the task's reference returns (``ref_min_score``: mean return of
 uniform random actions, measured here when not given; ``ref_max_score``: the expert's, given as
 ``ref_max_score=`` or measured from ``kind=expert`` runs) so scores normalise as D4RL's.
+
+Replay kinds read a training run instead of stepping the sim: ``medium-replay`` is the replay buffer saved with
+an off-policy checkpoint at about the medium level, ``full-replay`` the one saved with the final checkpoint
+(``policy=runs/<run>/checkpoints/<name>``; a checkpoint keeps its buffer for resume). Each env's timeline
+splits into episodes at its done flags; the newest, unfinished one ends in a truncation (its next observation
+is stored), and when the buffer wrapped, the oldest one begins mid-episode (``metadata["partial_first"]``).
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ from robolearn.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-KINDS = ("random", "medium", "expert", "medium-expert")
+KINDS = ("random", "medium", "expert", "medium-expert", "medium-replay", "full-replay")
+REPLAY_KINDS = ("medium-replay", "full-replay")
 Actor = Callable[[Any], torch.Tensor]
 
 
@@ -55,9 +62,10 @@ class CollectConfig:
     """`robolearn collect`: episodes of a policy (or random actions) in `env`, written as a dataset."""
 
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)  # env=<task>; env.num_envs envs step together
-    kind: str = "random"            # random | medium | expert | medium-expert
+    kind: str = "random"            # random | medium | expert | medium-expert | medium-replay | full-replay
     episodes: int = 100             # whole episodes to keep (per policy for medium-expert: half each)
-    policy: str | None = None       # checkpoint of medium / expert (the medium one for medium-expert)
+    policy: str | None = None       # checkpoint of medium / expert (medium-expert: the medium one; replay kinds:
+    #                                 the off-policy checkpoint whose saved replay buffer becomes the dataset)
     expert_policy: str | None = None  # medium-expert: the expert checkpoint
     out: str | None = None          # the dataset to create (default: data/<task>-<kind>-v0)
     format: str = "robolearn"       # robolearn | minari | d4rl | lerobot
@@ -149,8 +157,47 @@ def policy_actor(path: str, env: Any, seed: int) -> Actor:
     return policy
 
 
+def replay_episodes(path: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The replay buffer saved with an off-policy checkpoint, as episodes (see the module docstring)."""
+    from robolearn import checkpoint
+
+    config, _ = checkpoint.load(path)
+    meta, tensors = checkpoint.load_trainer(path)
+    buf = meta.get("buffer")
+    if not buf or "buffer/actions" not in tensors:
+        raise ConfigError(f"checkpoint {path} has no replay buffer (an on-policy run?); replay kinds need an "
+                          "off-policy checkpoint (algo=sac, td3, rlpd, ...)")
+    get = lambda k: tensors[f"buffer/{k}"].cpu().numpy()  # noqa: E731  [filled, num_envs, ...]
+    actions, rewards, terminated, dones = get("actions"), get("rewards"), get("terminated"), get("dones")
+    groups = list(buf["obs_dims"])
+    obs, next_obs = {g: get(f"obs/{g}") for g in groups}, {g: get(f"next_obs/{g}") for g in groups}
+    filled, wrapped = int(buf["filled"]), int(buf["filled"]) == int(buf["steps"])
+    episodes = []
+    for env in range(actions.shape[1]):
+        ends = list(np.flatnonzero(dones[:filled, env])) + ([filled - 1] if not dones[filled - 1, env] else [])
+        start = 0
+        for end in ends:
+            steps = slice(start, end + 1)
+            episodes.append({
+                "observations": {g: np.concatenate([obs[g][steps, env], next_obs[g][end : end + 1, env]])
+                                 for g in groups},
+                "actions": actions[steps, env], "rewards": rewards[steps, env].astype(np.float32),
+                "terminations": terminated[steps, env].astype(bool),
+                "truncations": np.eye(end + 1 - start, dtype=bool)[-1] & ~terminated[end, env].astype(bool),
+            })  # fmt: skip
+            start = end + 1
+    task = ((config.get("run") or {}).get("env") or {}).get("name")
+    return episodes, {"task": task, "partial_first": wrapped, "replay_buffer_steps": filled * actions.shape[1]}
+
+
 def collect(cfg: CollectConfig) -> Dataset:
     """The dataset `cfg` describes (not yet written)."""
+    if cfg.kind in REPLAY_KINDS:
+        episodes, extra = replay_episodes(cfg.policy)
+        meta = {"kind": cfg.kind, "policy": cfg.policy, "collected_with": "robolearn collect", **extra,
+                "ref_min_score": cfg.ref_min_score, "ref_max_score": cfg.ref_max_score}
+        return Dataset.from_episodes(episodes, {k: v for k, v in meta.items() if v is not None},
+                                     source=f"replay buffer of {cfg.policy}")
     env_cfg = dataclasses.asdict(cfg.env)
     pixels = cfg.pixels
     env = make_env(env_cfg, cfg.seed, pixels={"camera": pixels.camera, "width": pixels.width,

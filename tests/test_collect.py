@@ -9,7 +9,7 @@ from robolearn.cli import main
 from robolearn.collect import CollectConfig, PixelsConfig, collect, rollout
 from robolearn.config import EnvConfig, make_env
 from robolearn.data.formats import load_dataset, save_dataset
-from robolearn.errors import ConfigError
+from robolearn.errors import ConfigError, RobolearnError
 
 SHORT = {"episode_length": 30}
 
@@ -52,7 +52,7 @@ def test_collect_random_and_cli_formats(tmp_path, capsys):
 
 def test_collect_config_errors():
     with pytest.raises(ConfigError, match="kind must be one of"):
-        CollectConfig(kind="medium-replay")
+        CollectConfig(kind="diverse")
     with pytest.raises(ConfigError, match="needs policy"):
         CollectConfig(kind="expert")
     with pytest.raises(ConfigError, match="expert_policy"):
@@ -67,3 +67,20 @@ def test_collect_with_pixels():
     frames = data.observations["pixels"]
     assert frames.shape == (2 * 9, 16, 16, 3) and frames.dtype == np.uint8 and frames.std() > 0
     assert data.observations["policy"].shape[0] == 18
+
+
+def test_full_replay_is_the_runs_replay_buffer(tmp_path):
+    """kind=full-replay: the replay buffer saved with an off-policy checkpoint, split into episodes per env."""
+    from robolearn.train import train
+
+    run = train(["env=pendulum-swingup", "algo=sac", f"run_dir={tmp_path / 'run'}", "progress=false", "video=false",
+                 "algo.env_steps=300", "algo.learning_starts=200", "algo.batch_size=32", "env.num_envs=2",
+                 "algo.actor_hidden=[16]", "algo.critic_hidden=[16]", "algo.steps_per_iteration=50",
+                 "+env.overrides.episode_length=60"])
+    data = collect(CollectConfig(kind="full-replay", policy=str(run / "checkpoints" / "final")))
+    # 2 envs x 150 steps: 2 whole 60-step episodes each, then a 30-step one cut by the end of training
+    assert data.num_steps == 300 and sorted(data.lengths.tolist()) == [30, 30, 60, 60, 60, 60]
+    assert data.truncations.sum() == 6 and not data.terminations.any()
+    assert data.metadata["task"] == "pendulum-swingup" and data.metadata["partial_first"] is False
+    with pytest.raises(RobolearnError, match="no config.json"):
+        collect(CollectConfig(kind="full-replay", policy=str(tmp_path / "run")))
