@@ -3,50 +3,47 @@ truncations, reference returns in the metadata, written in a chosen format."""
 
 import numpy as np
 import pytest
-import torch
 
 from robolearn.cli import main
-from robolearn.collect import CollectConfig, PixelsConfig, collect, rollout
-from robolearn.config import EnvConfig, make_env
+from robolearn.collect import CollectConfig, collect
+from robolearn.config import EnvConfig
 from robolearn.data.formats import load_dataset, save_dataset
 from robolearn.errors import ConfigError, RobolearnError
 
 SHORT = {"episode_length": 30}
 
 
-def test_rollout_keeps_whole_episodes_with_their_final_observation():
-    env = make_env({"name": "cartpole-balance", "num_envs": 4, "backend": "mujoco", "overrides": SHORT}, seed=0)
-    try:
-        gen = torch.Generator().manual_seed(0)
-        episodes = rollout(env, lambda _obs: torch.rand((4, env.num_actions), generator=gen) * 2 - 1, 6)
-    finally:
-        env.close()
-    assert len(episodes) == 6  # the 2 extra episodes the 4 envs started in the second round are discarded
-    for ep in episodes:
-        obs = ep["observations"]["policy"]
-        assert obs.shape[0] == 31 and ep["actions"].shape == (30, env.num_actions)
-        assert ep["truncations"][-1] and not ep["truncations"][:-1].any() and not ep["terminations"].any()
-        assert np.isfinite(obs).all() and not np.array_equal(obs[-1], obs[-2])  # the final obs is a real step
-
-
-def test_collect_random_and_cli_formats(tmp_path, capsys):
+def test_collect_random_whole_episodes_and_every_format(tmp_path):
+    """6 episodes from 4 envs: the 2 extra episodes the second round starts are discarded, none is cut short;
+    each holds T+1 observations ending in its final one (before the auto-reset), and ends in a time-out."""
     cfg = CollectConfig(env=EnvConfig("cartpole-balance", num_envs=4, backend="mujoco", overrides=SHORT),
-                        episodes=5, ref_episodes=4, progress=False)
+                        episodes=6, ref_episodes=4, progress=False)
     data = collect(cfg)
-    assert (data.num_episodes, data.num_steps) == (5, 150)
+    assert (data.num_episodes, data.num_steps) == (6, 180) and (data.lengths == 30).all()
+    for ep in data.episodes():
+        obs = ep.observations["policy"]
+        assert obs.shape[0] == 31 and ep.truncations[-1] and not ep.terminations.any()
+        assert not np.array_equal(obs[-1], obs[-2])  # the final observation is a real step, not a repeat
     m = data.metadata
-    assert m["task"] == "cartpole-balance" and m["kind"] == "random" and m["ref_min_score"] == pytest.approx(
-        data.episode_returns().mean())
-    code = main(["collect", "env=cartpole-balance", "env.num_envs=4", "env.backend=mujoco",
-                 "+env.overrides.episode_length=30", "episodes=3", f"out={tmp_path / 'ds'}", "progress=false"])
-    assert code == 0
-    loaded = load_dataset(tmp_path / "ds")
-    assert loaded.num_episodes == 3 and loaded.metadata["task"] == "cartpole-balance"
+    assert m["task"] == "cartpole-balance" and m["kind"] == "random" and m["fps"] > 0
+    assert m["ref_min_score"] == pytest.approx(data.episode_returns().mean())
     for fmt in ("minari", "d4rl", "lerobot"):  # every writer takes a collected dataset, and reads it back
         path = save_dataset(data, tmp_path / fmt / "cartpole-balance-random-v0", fmt)  # a Minari-style id
         again = load_dataset(path)
         assert again.num_steps == data.num_steps and np.allclose(again.rewards, data.rewards), fmt
-    assert main(["collect", "env=cartpole-balance", f"out={tmp_path / 'ds'}"]) != 0
+
+
+def test_cli_collect_with_pixels(tmp_path, capsys):
+    out = tmp_path / "ds"
+    code = main(["collect", "env=cartpole-balance", "env.num_envs=2", "env.backend=mujoco",
+                 "+env.overrides.episode_length=8", "episodes=2", f"out={out}", "progress=false", "ref_min_score=0",
+                 "pixels.enabled=true", "pixels.width=16", "pixels.height=16"])
+    assert code == 0 and "wrote 2 episodes, 16 steps (robolearn)" in capsys.readouterr().out
+    data = load_dataset(out)
+    frames = data.observations["pixels"]
+    assert frames.shape == (2 * 9, 16, 16, 3) and frames.dtype == np.uint8 and frames.std() > 0
+    assert data.observations["policy"].shape[0] == 18 and data.metadata["task"] == "cartpole-balance"
+    assert main(["collect", "env=cartpole-balance", f"out={out}"]) != 0
     assert "never overwritten" in capsys.readouterr().err
 
 
@@ -57,16 +54,6 @@ def test_collect_config_errors():
         CollectConfig(kind="expert")
     with pytest.raises(ConfigError, match="expert_policy"):
         CollectConfig(kind="medium-expert", policy="a")
-
-
-def test_collect_with_pixels():
-    env = EnvConfig("cartpole-balance", num_envs=2, backend="mujoco", overrides={"episode_length": 8})
-    pixels = PixelsConfig(True, width=16, height=16)
-    cfg = CollectConfig(env=env, episodes=2, ref_min_score=0.0, progress=False, pixels=pixels)
-    data = collect(cfg)
-    frames = data.observations["pixels"]
-    assert frames.shape == (2 * 9, 16, 16, 3) and frames.dtype == np.uint8 and frames.std() > 0
-    assert data.observations["policy"].shape[0] == 18
 
 
 def test_full_replay_is_the_runs_replay_buffer(tmp_path):

@@ -322,6 +322,7 @@ def test_run_paces_on_absolute_deadlines_and_stops_the_car_on_exit():
     assert ticks[11].missed >= 2 and all(t.lateness_ns >= 0 for t in ticks)
     assert stats_msgs and np.all(car.last_command() == 0)  # stop message last
     runner.swap_policy(ConstantPolicy([float("inf"), 0.0]))  # an inf action: fault ticks, the zero command
+    car.publish()  # fresh inputs: on a loaded machine the pause since the last tick can exceed max_obs_age
     runner.run(max_ticks=2)
     assert [t.mode for t in ticks[-2:]] == ["fault", "fault"] and np.all(car.last_command() == 0)
 
