@@ -27,6 +27,7 @@ milliseconds and pages in on use) and ``dataset.json`` (format, version, shapes,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -255,9 +256,7 @@ class Dataset:
         folder = Path(folder)
         if folder.exists():
             raise DatasetError(f"{folder} exists already; datasets are never overwritten")
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-        try:
+        with staged_folder(folder) as tmp:
             arrays = self._arrays()
             for key, value in arrays.items():
                 np.save(tmp / _file_name(key), np.ascontiguousarray(value), allow_pickle=False)
@@ -266,10 +265,6 @@ class Dataset:
                                                              for k, v in arrays.items()},
                      "metadata": jsonable(self.metadata)}
             (tmp / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True))
-            os.replace(tmp, folder)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return folder
 
     def _arrays(self) -> dict[str, np.ndarray]:
@@ -365,6 +360,37 @@ def to_replay_buffer(dataset: Dataset, groups: Iterable[str] = (DEFAULT_GROUP,),
     )  # fmt: skip
 
 
+@contextlib.contextmanager
+def staged_folder(path: Path) -> Iterator[Path]:
+    """A temporary sibling of ``path`` to write a dataset folder into, renamed to ``path`` when the block ends
+    and removed if it raises: a crash never leaves half a dataset under the real name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+READ_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError, TypeError, IndexError, RuntimeError,
+                                                EOFError, MemoryError, OverflowError, RecursionError)
+"""What parsing a damaged file raises in numpy, h5py, pyarrow (its errors subclass these) and json."""
+
+
+@contextlib.contextmanager
+def reading(file: Path, what: str, hint: str = "the file is truncated or corrupt: regenerate or re-download the "
+            "dataset", errors: tuple[type[BaseException], ...] = READ_ERRORS) -> Iterator[None]:
+    """Turn a library's error while reading ``what`` from ``file`` into a DatasetError naming both."""
+    try:
+        yield
+    except DatasetError:
+        raise
+    except errors as e:
+        raise DatasetError(f"{file}: cannot read {what} ({type(e).__name__}: {str(e)[:300]}); {hint}") from None
+
+
 def _file_name(key: str) -> str:
     """The ``.npy`` file of an array key; group and info names may hold "/" (nested Minari keys): escaped."""
     return urllib.parse.quote(key, safe=".-_") + ".npy"
@@ -400,7 +426,7 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):
-        return value.tolist()
+        return jsonable(value.tolist())
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value

@@ -55,18 +55,17 @@ import json
 import math
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from robolearn.data.dataset import DEFAULT_GROUP, Dataset
+from robolearn.data.dataset import DEFAULT_GROUP, READ_ERRORS, Dataset, jsonable, reading, staged_folder
 from robolearn.errors import DatasetError
 
 if TYPE_CHECKING:
@@ -178,32 +177,13 @@ def write(dataset: Dataset, path: Path, fps: float | None = None, task: str | No
     if min(chunks_size, data_files_size_in_mb, video_files_size_in_mb) <= 0:
         raise DatasetError("chunks_size, data_files_size_in_mb and video_files_size_in_mb must be positive")
     features, groups, infos = _plan(dataset, video)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
+    with staged_folder(path) as tmp:
         _write(dataset, tmp, features, rate, task, video, encoder, chunks_size, data_files_size_in_mb,
                video_files_size_in_mb, robot_type if robot_type is not None else dataset.metadata.get("robot_type"))
         sidecar = {"format": SIDECAR_FORMAT, "version": SIDECAR_VERSION, "groups": groups, "infos": infos,
-                   "metadata": _json_safe(dataset.metadata)}
+                   "metadata": jsonable(dataset.metadata)}
         (tmp / SIDECAR_PATH).write_text(json.dumps(sidecar, indent=4, ensure_ascii=False))
-        os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return path
-
-
-def _json_safe(value: Any) -> Any:
-    """Metadata as JSON (numpy scalars and arrays as numbers and lists, non-finite floats as strings)."""
-    if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, np.ndarray | np.generic):
-        return _json_safe(value.tolist())
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return value
 
 
 def _resolve_fps(dataset: Dataset, fps: float | None) -> int:
@@ -611,19 +591,12 @@ def _image_stats(data: Dataset, f: _Feature, per_episode: list[dict[str, Any]]) 
 # --- reading ----------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _reading(file: Path, what: str) -> Iterator[None]:
-    """Turn a library's error while reading ``file`` into a DatasetError naming it."""
+def _reading(file: Path, what: str) -> contextlib.AbstractContextManager[None]:
+    """`reading` with LeRobot's hint, and pyarrow's and the PNG decoder's errors too."""
     import pyarrow as pa
 
-    try:
-        yield
-    except DatasetError:
-        raise
-    except (pa.ArrowException, OSError, ValueError, TypeError, KeyError, IndexError, EOFError, SyntaxError,
-            zlib.error, OverflowError, MemoryError, RecursionError) as e:
-        raise DatasetError(f"{file}: cannot read {what} ({type(e).__name__}: {str(e)[:300]}); the file is corrupt "
-                           "or not LeRobot v3: regenerate or re-download it") from None
+    errors = (*READ_ERRORS, pa.ArrowException, SyntaxError, zlib.error)
+    return reading(file, what, "the file is corrupt or not LeRobot v3: regenerate or re-download it", errors)
 
 
 def _read_json(file: Path, what: str) -> Any:

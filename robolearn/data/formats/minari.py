@@ -53,15 +53,12 @@ refuses versions newer than itself); the tests check them against minari 0.5.4.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import io
 import json
 import math
 import os
 import re
-import shutil
-import tempfile
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -69,7 +66,7 @@ from typing import Any
 
 import numpy as np
 
-from robolearn.data.dataset import DEFAULT_GROUP, Dataset, jsonable
+from robolearn.data.dataset import DEFAULT_GROUP, Dataset, jsonable, reading, staged_folder
 from robolearn.errors import DatasetError
 
 METADATA = "metadata.json"
@@ -289,20 +286,6 @@ def _read_metadata(meta: dict[str, Any], skipped: dict[str, str]) -> dict[str, A
     return out
 
 
-_READ_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError, TypeError, IndexError, RuntimeError,
-                                                 EOFError, MemoryError, OverflowError)
-
-
-@contextlib.contextmanager
-def _reading(file: Path, what: str) -> Iterator[None]:
-    """Turn a failure while reading ``what`` from ``file`` into a DatasetError naming both."""
-    try:
-        yield
-    except DatasetError:
-        raise
-    except _READ_ERRORS as e:
-        raise DatasetError(f"{file}: cannot read {what} ({type(e).__name__}: {e}); the file is truncated or corrupt: "
-                           "regenerate or re-download the dataset") from None
 
 
 def _read_arrow(data: Path, fmt: str, total: int, obs_space: Space, act_space: Space,
@@ -315,7 +298,7 @@ def _read_arrow(data: Path, fmt: str, total: int, obs_space: Space, act_space: S
             raise DatasetError(f"{folder} holds no {fmt} file but metadata.json lists {total} episodes; the dataset "
                                "is incomplete: regenerate or re-download it")
         file = files[0] if len(files) == 1 else folder
-        with _reading(file, f"episode {i}"):
+        with reading(file, f"episode {i}"):
             yield _arrow_episode(files, fmt, file, obs_space, act_space, jpeg)
 
 
@@ -404,7 +387,7 @@ def _numeric(array: Any, file: Path, field: str) -> np.ndarray:
     kind = array.type
     if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
         raise DatasetError(f"{file}: {field} is {kind}, not numbers or booleans")
-    with _reading(file, field):
+    with reading(file, field):
         return np.asarray(array.to_numpy(zero_copy_only=False))
 
 
@@ -443,21 +426,21 @@ def _read_hdf5(data: Path, fmt: str, total: int, obs_space: Space, act_space: Sp
     file = data / HDF5_FILE
     if not file.is_file():
         raise DatasetError(f"{file} is missing; the dataset is incomplete: regenerate or re-download it")
-    with _reading(file, "the HDF5 file"), h5py.File(file, "r") as h5:
+    with reading(file, "the HDF5 file"), h5py.File(file, "r") as h5:
         for i in range(total):
             group = h5.get(f"episode_{i}")
             if not isinstance(group, h5py.Group):
                 raise DatasetError(f"{file} has no group episode_{i} but metadata.json lists {total} episodes; the "
                                    "dataset is incomplete: regenerate or re-download it")
             episode: dict[str, Any] = {}
-            with _reading(file, f"episode_{i}/observations"):
+            with reading(file, f"episode_{i}/observations"):
                 episode["observations"] = _hdf5_space(group, "observations", obs_space, file, jpeg)
-            with _reading(file, f"episode_{i}/actions"):
+            with reading(file, f"episode_{i}/actions"):
                 episode["actions"] = _hdf5_leaf(group, "actions", act_space, file, jpeg)
             for name in ("rewards", "terminations", "truncations"):
-                with _reading(file, f"episode_{i}/{name}"):
+                with reading(file, f"episode_{i}/{name}"):
                     episode[name] = _hdf5_leaf(group, name, None, file, jpeg)
-            with _reading(file, f"episode_{i}/infos"):
+            with reading(file, f"episode_{i}/infos"):
                 infos = group.get("infos")
                 episode["infos"] = _hdf5_infos(infos) if isinstance(infos, h5py.Group) else {}
             yield episode
@@ -522,7 +505,7 @@ def _decode_jpegs(frames: list[Any], space: Space, file: Path, field: str) -> np
         raise DatasetError(f"{file}: {field} is JPEG-encoded; install Pillow to read it") from None
     out = np.empty((len(frames), *space.shape), dtype=np.uint8)
     for i, frame in enumerate(frames):
-        with _reading(file, f"{field} frame {i} (JPEG)"):
+        with reading(file, f"{field} frame {i} (JPEG)"):
             data = frame if isinstance(frame, bytes) else np.asarray(frame, dtype=np.uint8).tobytes()
             image = np.asarray(Image.open(io.BytesIO(data)), dtype=np.uint8)
             out[i] = image.reshape(space.shape)
@@ -584,9 +567,7 @@ def write(dataset: Dataset, path: Path, dataset_id: str | None = None, data_form
     act_space = _action_space(dataset, minari_meta.get("action_space"))
     _check_infos(dataset)
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
+    with staged_folder(path) as tmp:
         data = tmp / "data"
         data.mkdir()
         if data_format == "hdf5":
@@ -597,10 +578,6 @@ def write(dataset: Dataset, path: Path, dataset_id: str | None = None, data_form
         meta = _write_metadata(dataset, dataset_id, data_format, minari_version, obs_space, act_space, minari_meta)
         meta["dataset_size"] = round(size, 1)
         (data / METADATA).write_text(json.dumps(meta))
-        os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     namespace = match.group("namespace")
     if namespace:  # Minari marks namespace folders with a metadata file
         for depth in range(1, len(parts)):
