@@ -3,11 +3,19 @@
     robolearn collect env=cheetah-run kind=random episodes=100 out=data/cheetah-run-random
     robolearn collect env=cheetah-run kind=expert policy=runs/<run>/checkpoints/final episodes=100 format=minari
     robolearn collect env=cheetah-run kind=medium-expert policy=<medium ckpt> expert_policy=<expert ckpt> ...
+    robolearn collect env=ant-maze-medium kind=diverse episodes=1000     # goal datasets: diverse | play
+    robolearn collect suite=d4rl-like                      # every dataset of configs/dataset/d4rl-like.yaml
 
 Kinds (D4RL's recipes): ``random`` (uniform actions), ``medium`` / ``expert`` (a checkpoint's stochastic policy,
 as D4RL sampled its SAC policies; medium is a checkpoint at about 1/3 of the expert's normalised score: pick it
-from a training run's checkpoints), ``medium-expert`` (half medium, half expert episodes, D4RL's 1:1 mix).
-The goal-conditioned maze kinds (``diverse``, ``play``) are not here yet. ``pixels.enabled=true``
+from a training run's checkpoints, or let ``suite=`` train and pick it), ``medium-expert`` (half medium, half
+expert episodes, D4RL's 1:1 mix). ``policy=reference`` is the task's reference controller (scripted, or the
+trained checkpoint the registry names), with Gaussian action noise ``noise=`` for a stochastic behaviour.
+Goal kinds for the point and ant mazes, as D4RL's antmaze: ``diverse`` (episodes start in any open cell and the
+reference controller is commanded to random open cells, a new one each time it arrives) and ``play`` (starts
+and commanded goals among the maze's decision points: dead ends, junctions, turns). The observations and
+rewards stay those of the task's own goal, so the data is relabelled for it as D4RL's was.
+``pixels.enabled=true``
 (``pixels.camera``, ``pixels.width``, ``pixels.height``) adds the camera's frames as a ``pixels`` observation
 group (uint8 [H, W, 3]; LeRobot exports them as mp4).
 
@@ -42,8 +50,9 @@ from robolearn.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-KINDS = ("random", "medium", "expert", "medium-expert", "medium-replay", "full-replay")
+KINDS = ("random", "medium", "expert", "medium-expert", "medium-replay", "full-replay", "diverse", "play")
 REPLAY_KINDS = ("medium-replay", "full-replay")
+GOAL_KINDS = ("diverse", "play")  # the maze kinds: episodes start where MazeConfig.start says
 Actor = Callable[[Any], torch.Tensor]
 
 
@@ -63,9 +72,12 @@ class CollectConfig:
 
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)  # env=<task>; env.num_envs envs step together
     kind: str = "random"            # random | medium | expert | medium-expert | medium-replay | full-replay
+    #                                 | diverse | play (mazes)
     episodes: int = 100             # whole episodes to keep (per policy for medium-expert: half each)
     policy: str | None = None       # checkpoint of medium / expert (medium-expert: the medium one; replay kinds:
-    #                                 the off-policy checkpoint whose saved replay buffer becomes the dataset)
+    #                                 the off-policy checkpoint whose saved replay buffer becomes the dataset);
+    #                                 "reference": the task's reference controller (default of the goal kinds)
+    noise: float = 0.0              # std of Gaussian noise added to the behaviour policy's actions (then clipped)
     expert_policy: str | None = None  # medium-expert: the expert checkpoint
     out: str | None = None          # the dataset to create (default: data/<task>-<kind>-v0)
     format: str = "robolearn"       # robolearn | minari | d4rl | lerobot
@@ -75,13 +87,18 @@ class CollectConfig:
     ref_episodes: int = 20
     pixels: PixelsConfig = dataclasses.field(default_factory=lambda: PixelsConfig())
     progress: bool = True
+    suite: str | None = None        # a suite of datasets (configs/dataset/<suite>.yaml or a path): see collect_suite
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ConfigError(f"collect kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if self.kind != "random" and not self.policy:
+        if self.noise < 0:
+            raise ConfigError(f"collect noise must be >= 0, got {self.noise}")
+        if self.kind in GOAL_KINDS and not self.policy:
+            self.policy = "reference"
+        if self.kind != "random" and not self.policy and not self.suite:
             raise ConfigError(f"collect kind={self.kind} needs policy=<checkpoint>")
-        if self.kind == "medium-expert" and not self.expert_policy:
+        if self.kind == "medium-expert" and not self.expert_policy and not self.suite:
             raise ConfigError("collect kind=medium-expert needs policy=<medium checkpoint> and "
                               "expert_policy=<expert checkpoint>")
         if self.episodes < 1:
@@ -148,13 +165,63 @@ def random_actor(env: Any, seed: int) -> Actor:
     return act
 
 
-def policy_actor(path: str, env: Any, seed: int) -> Actor:
-    """A checkpoint's stochastic policy (D4RL sampled its behaviour policies, it did not take their mean)."""
-    from robolearn.policy_io import load_policy
+def policy_actor(path: str, env: Any, seed: int, noise: float = 0.0) -> Actor:
+    """A checkpoint's stochastic policy (D4RL sampled its behaviour policies, it did not take their mean), or
+    ``"reference"``: the task's reference controller (scripted; or its registered checkpoint, sampled). With
+    ``noise`` > 0, N(0, noise^2) is added to every action, clipped to [-1, 1]."""
+    from robolearn.policy_io import Policy, load_policy
 
-    policy = load_policy(path, mode="sample", seed=seed)
+    if path == "reference":
+        from sim.tasks import spec
+        from sim.tasks.reference import scripted_policy
+
+        task, fn = spec(env.task.name), scripted_policy(env.task.name)
+        if fn is not None:
+            policy = Policy(fn, "scripted", policy_config={"function": f"reference of {env.task.name}"})
+        elif task.reference_checkpoint:
+            policy = load_policy(Path(__file__).resolve().parents[1] / task.reference_checkpoint, mode="sample",
+                                 seed=seed)
+        else:
+            raise ConfigError(f"task {env.task.name} has no reference controller; give policy=<checkpoint>")
+    else:
+        policy = load_policy(path, mode="sample", seed=seed)
     policy.to(env.device)
-    return policy
+    if noise == 0.0:
+        return policy
+    gen = torch.Generator().manual_seed(seed + 1)
+
+    def noisy(obs: Any) -> torch.Tensor:
+        actions = policy(obs)
+        return (actions + noise * torch.randn(actions.shape, generator=gen).to(actions.device)).clamp(-1.0, 1.0)
+
+    return noisy
+
+
+def goal_actor(actor: Actor, env: Any, kind: str, seed: int) -> Actor:
+    """``actor`` (a goal-reaching maze controller reading its goal from the observation) commanded to goals of its
+    own, per env: uniform over the open cells (``diverse``) or the decision points (``play``), a new one when it
+    arrives within `GOAL_RADIUS`. Only the actor's copy of the observation carries the commanded goal."""
+    from sim.tasks.maze import GOAL_RADIUS, cell_center, open_cells, play_cells
+
+    task = env.task
+    cells = open_cells(task.layout) if kind == "diverse" else play_cells(task.layout)
+    centers = task.cell_size * torch.tensor([cell_center(*c, task.layout) for c in cells], device=env.device)
+    gen = torch.Generator().manual_seed(seed + 2)
+    draw = lambda n: centers[torch.randint(len(cells), (n,), generator=gen).to(env.device)]  # noqa: E731
+    goals = draw(env.num_envs)
+    where = task.goal_obs
+
+    def act(obs: Any) -> torch.Tensor:
+        nonlocal goals
+        policy_obs = obs["policy"].clone()
+        pos = policy_obs[:, 0:2]  # both mazes observe the (x, y) position first
+        arrived = (pos - goals).norm(dim=-1) <= GOAL_RADIUS
+        if bool(arrived.any()):
+            goals = torch.where(arrived[:, None], draw(env.num_envs), goals)
+        policy_obs[:, where] = goals
+        return actor({**{k: obs[k] for k in obs.keys()}, "policy": policy_obs})
+
+    return act
 
 
 def replay_episodes(path: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -187,7 +254,8 @@ def replay_episodes(path: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             })  # fmt: skip
             start = end + 1
     task = ((config.get("run") or {}).get("env") or {}).get("name")
-    return episodes, {"task": task, "partial_first": wrapped, "replay_buffer_steps": filled * actions.shape[1]}
+    return episodes, {"task": task, "partial_first": wrapped, "replay_buffer_steps": filled * actions.shape[1],
+                      "seed": (config.get("run") or {}).get("seed")}
 
 
 def collect(cfg: CollectConfig) -> Dataset:
@@ -199,6 +267,13 @@ def collect(cfg: CollectConfig) -> Dataset:
         return Dataset.from_episodes(episodes, {k: v for k, v in meta.items() if v is not None},
                                      source=f"replay buffer of {cfg.policy}")
     env_cfg = dataclasses.asdict(cfg.env)
+    if cfg.kind in GOAL_KINDS:
+        from sim.tasks import spec
+
+        if not hasattr(spec(cfg.env.name).task_class(), "goal_obs"):
+            raise ConfigError(f"collect kind={cfg.kind} is for the mazes (point-maze-*, ant-maze-*), "
+                              f"not {cfg.env.name}")
+        env_cfg["overrides"] = {**env_cfg["overrides"], "start": "random" if cfg.kind == "diverse" else "play"}
     pixels = cfg.pixels
     env = make_env(env_cfg, cfg.seed, pixels={"camera": pixels.camera, "width": pixels.width,
                                               "height": pixels.height} if pixels.enabled else None)
@@ -208,22 +283,31 @@ def collect(cfg: CollectConfig) -> Dataset:
         if cfg.kind == "random":
             episodes = rollout(env, random_actor(env, cfg.seed), cfg.episodes, cfg.progress, "random")
         elif cfg.kind in ("medium", "expert"):
-            episodes = rollout(env, policy_actor(cfg.policy, env, cfg.seed), cfg.episodes, cfg.progress, cfg.kind)
+            actor = policy_actor(cfg.policy, env, cfg.seed, cfg.noise)
+            episodes = rollout(env, actor, cfg.episodes, cfg.progress, cfg.kind)
+        elif cfg.kind in GOAL_KINDS:
+            actor = goal_actor(policy_actor(cfg.policy, env, cfg.seed, cfg.noise), env, cfg.kind, cfg.seed)
+            episodes = rollout(env, actor, cfg.episodes, cfg.progress, cfg.kind)
         else:  # medium-expert: D4RL concatenates equal parts
             half = cfg.episodes // 2
-            episodes = rollout(env, policy_actor(cfg.policy, env, cfg.seed), cfg.episodes - half, cfg.progress,
-                               "medium")
-            episodes += rollout(env, policy_actor(cfg.expert_policy, env, cfg.seed + 1), half, cfg.progress, "expert")
+            episodes = rollout(env, policy_actor(cfg.policy, env, cfg.seed, cfg.noise), cfg.episodes - half,
+                               cfg.progress, "medium")
+            episodes += rollout(env, policy_actor(cfg.expert_policy, env, cfg.seed + 1, cfg.noise), half,
+                                cfg.progress, "expert")
         returns = np.array([float(np.sum(e["rewards"], dtype=np.float64)) for e in episodes])
         ref_min = cfg.ref_min_score
         if ref_min is None:
             ref_min = returns.mean() if cfg.kind == "random" else _random_return(env, cfg)
         ref_max = cfg.ref_max_score
+        if ref_max is None and "reference" in (cfg.policy, cfg.expert_policy):
+            from sim.tasks import spec
+
+            ref_max = spec(cfg.env.name).reference_return  # the reference controller's, noise-free
         if ref_max is None and cfg.kind == "expert":
             ref_max = float(returns.mean())
     finally:
         env.close()
-    meta = {"task": cfg.env.name, "kind": cfg.kind, "seed": cfg.seed, "policy": cfg.policy,
+    meta = {"task": cfg.env.name, "kind": cfg.kind, "seed": cfg.seed, "policy": cfg.policy, "noise": cfg.noise,
             "fps": 1.0 / env_cfg["policy_dt"],
             "expert_policy": cfg.expert_policy, "env": env_cfg, "collected_with": "robolearn collect",
             "return_mean": float(returns.mean()), "return_std": float(returns.std()),
@@ -262,6 +346,11 @@ def cmd_collect(cfg: CollectConfig) -> int:
     """Collect and write the dataset; prints where, its size and its returns."""
     from robolearn.data.formats import save_dataset
 
+    if cfg.suite:
+        from robolearn.collect_suite import run_suite
+
+        run_suite(cfg)
+        return 0
     out = Path(cfg.out or f"data/{cfg.env.name}-{cfg.kind}-v0")  # -v0: a Minari dataset id too
     if out.exists():
         raise ConfigError(f"out={out} exists already; datasets are never overwritten")

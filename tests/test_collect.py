@@ -49,7 +49,9 @@ def test_cli_collect_with_pixels(tmp_path, capsys):
 
 def test_collect_config_errors():
     with pytest.raises(ConfigError, match="kind must be one of"):
-        CollectConfig(kind="diverse")
+        CollectConfig(kind="umaze")
+    with pytest.raises(ConfigError, match="noise must be"):
+        CollectConfig(noise=-1.0)
     with pytest.raises(ConfigError, match="needs policy"):
         CollectConfig(kind="expert")
     with pytest.raises(ConfigError, match="expert_policy"):

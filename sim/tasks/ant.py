@@ -16,7 +16,7 @@ import numpy as np
 from sim.core import Physics, Task, TaskConfig
 from sim.errors import ConfigError
 from sim.tasks._scene import scene_assets
-from sim.tasks.maze import LAYOUTS, cell_center, start_and_goal
+from sim.tasks.maze import LAYOUTS, START_MODES, cell_center, draw_start, start_and_goal, start_choices
 
 # --- the model --------------------------------------------------------------------------------------
 TORSO_RADIUS = 0.25
@@ -150,7 +150,8 @@ clock (2).
 Reward term `goal`: 1 while the torso is within 0.5 m (in x, y) of the goal, else 0 (sparse, as
 D4RL antmaze). No termination (as D4RL; `terminate_at_goal=True` ends the episode on arrival,
 `terminate_unhealthy=True` when low or flipped).
-Initial state: as above, at the start cell (the top-left open cell) plus U(-0.25, 0.25) m in x and
+Initial state: as above, at the start cell (the top-left open cell; `start="random"`: any open
+cell, `start="play"`: one of the decision points, as sim/tasks/maze.py) plus U(-0.25, 0.25) m in x and
 y; the goal is the centre of the open cell farthest from the start (by path length) plus U(-0.25,
 0.25) m in x and y, per episode.
 Domain randomization (off by default): as ant-velocity.
@@ -350,16 +351,22 @@ class AntMazeConfig(AntConfig):
     episode_length: int = 700
     terminate_unhealthy: bool = False
     terminate_at_goal: bool = False
+    #: Where episodes begin: "fixed" (the start cell), "random" (any open cell) or "play" (decision points).
+    start: str = "fixed"
 
     def validate(self) -> None:
         super().validate()
         if self.layout not in LAYOUTS:
             raise ConfigError(f"layout must be one of {sorted(LAYOUTS)}, got {self.layout!r}")
+        if self.start not in START_MODES:
+            raise ConfigError(f"start must be one of {START_MODES}, got {self.start!r}")
 
 
 class AntMaze(Ant):
     __doc__ = MODEL_DOC + MAZE_DOC
     config_class = AntMazeConfig
+    goal_obs = slice(29, 31)  # as PointMaze's: the goal's place in the "policy" observation, the cell size
+    cell_size = MAZE_CELL
 
     def __init__(self, config: AntMazeConfig | None = None, name: str | None = None):
         super().__init__(config, name)
@@ -367,6 +374,7 @@ class AntMaze(Ant):
         start, goal = start_and_goal(self.layout)
         self.start_xy = MAZE_CELL * np.array(cell_center(*start, self.layout), np.float32)
         self.goal_xy = MAZE_CELL * np.array(cell_center(*goal, self.layout), np.float32)
+        self.start_choices = start_choices(self.layout, self.cfg.start, MAZE_CELL)
 
     def xml(self) -> str:
         size = MAZE_CELL * max(len(self.layout), len(self.layout[0])) / 2 + 2.0
@@ -375,7 +383,8 @@ class AntMaze(Ant):
 
     def init(self, key):
         k_start, k_ant, k_goal = jax.random.split(key, 3)
-        xy = jnp.asarray(self.start_xy) + jax.random.uniform(k_start, (2,), minval=-0.25, maxval=0.25)
+        xy = draw_start(self.start_xy, self.start_choices, k_start)
+        xy = xy + jax.random.uniform(k_start, (2,), minval=-0.25, maxval=0.25)
         qpos, qvel = self._init_ant(k_ant, xy)
         goal = jnp.asarray(self.goal_xy) + jax.random.uniform(k_goal, (2,), minval=-0.25, maxval=0.25)
         return qpos, qvel, {"goal": goal, "reached": jnp.zeros((), bool)}

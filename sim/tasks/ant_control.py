@@ -17,9 +17,9 @@ scaled up (`SWEEP_SLIP`), and a proportional term on the measured velocity error
 
 - `ant_velocity_policy`: tracks the command in the `ant-velocity` observation.
 - `AntMazePolicy` (`ant_maze_umaze_policy`, ...): pure pursuit along the breadth-first path of cell
-  centres (the planning of `maze_policy` for the point mazes) gives a desired world velocity, turned
-  into the heading frame; a yaw-rate term holds the heading at a multiple of 90 degrees, where the
-  corridors run between the legs; the same trot walks it.
+  centres to the goal in the observation (the planning of `maze_policy` for the point mazes) gives a
+  desired world velocity, turned into the heading frame; a yaw-rate term holds the heading at a
+  multiple of 90 degrees, where the corridors run between the legs; the same trot walks it.
 
 Gains were tuned by hand on a few envs (seeds other than 0).
 """
@@ -31,7 +31,7 @@ import math
 import torch
 
 from sim.tasks.ant import ANKLE_RANGE, GAIT_HZ, HIP_RANGE, LEG_YAWS, MAZE_CELL, SHIN, STAND_ANKLE, STUB, THIGH
-from sim.tasks.maze import LAYOUTS, bfs_distances, cell_center, start_and_goal
+from sim.tasks.maze import LAYOUTS, cell_center, next_hops, open_cells
 
 # --- the trot -----------------------------------------------------------------------------------------
 #: Horizontal distance of a standing foot from the torso centre (m).
@@ -108,40 +108,44 @@ MAZE_HEADING_GAIN = 1.0
 class AntMazePolicy:
     """Pure pursuit along the breadth-first path of cell centres to the goal, walked by the trot.
 
-    Each open cell knows the next two cells on a shortest path to the goal cell. The ant projects its
-    position on the segment from its cell's centre to the next one and aims `MAZE_LOOKAHEAD` further
-    along the path (continuing on the following segment), and at the goal itself in the last cells.
+    Shortest-path routing between every pair of open cells (`sim.tasks.maze.next_hops`) gives, for the
+    goal's cell (read from the observation, so any goal works), the next two cells from the ant's cell.
+    The ant projects its position on the segment from its cell's centre to the next one and aims
+    `MAZE_LOOKAHEAD` further along the path (continuing on the following segment), and at the goal
+    itself in the last cells.
     """
 
     def __init__(self, layout_name: str):
         layout = LAYOUTS[layout_name]
         self.rows, self.cols = len(layout), len(layout[0])
-        _, goal = start_and_goal(layout)
-        dist = bfs_distances(layout, goal)
+        index, hop = next_hops(layout)
+        self.index = torch.from_numpy(index)
+        cells = torch.stack(torch.meshgrid(torch.arange(self.rows), torch.arange(self.cols), indexing="ij"), -1)
+        hop_t = torch.from_numpy(hop)  # [G, R, C, 2]
+        path = [cells.expand_as(hop_t)]
+        for _ in range(2):  # this cell, the next, the one after: [3, G, R, C, 2] (row, col)
+            prev = path[-1]
+            path.append(hop_t[torch.arange(hop_t.shape[0])[:, None, None], prev[..., 0], prev[..., 1]])
+        path_t = torch.stack(path)
+        centers = MAZE_CELL * torch.tensor([[cell_center(r, c, layout) for c in range(self.cols)]
+                                            for r in range(self.rows)])
+        self.points = centers[path_t[..., 0], path_t[..., 1]]  # [3, G, R, C, 2] world (x, y)
+        # whether each path point is the goal cell (replaced at run time by the episode's goal position)
+        goal_cells = torch.tensor(open_cells(layout))[:, None, None, :]  # [G, 1, 1, 2]
+        self.is_goal = (path_t == goal_cells).all(-1)  # [3, G, R, C]
 
-        def step(cell: tuple[int, int]) -> tuple[int, int]:
-            if dist[cell] == 0:
-                return cell
-            r, c = cell
-            return min(((r + dr, c + dc) for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1)) if (r + dr, c + dc) in dist),
-                       key=lambda n: dist[n])
-
-        # Path points a (this cell), b (next), c (the one after) per cell, and whether each is the goal cell
-        # (replaced at run time by the episode's goal position).
-        self.points = torch.zeros(3, self.rows, self.cols, 2)
-        self.is_goal = torch.zeros(3, self.rows, self.cols, dtype=torch.bool)
-        for cell in dist:
-            path = [cell, step(cell), step(step(cell))]
-            for k, p in enumerate(path):
-                self.points[k, cell[0], cell[1]] = MAZE_CELL * torch.tensor(cell_center(*p, layout))
-                self.is_goal[k, cell[0], cell[1]] = p == goal
+    def _cell(self, xy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        col = (xy[:, 0] / MAZE_CELL + (self.cols - 1) / 2).round().long().clamp(0, self.cols - 1)
+        row = ((self.rows - 1) / 2 - xy[:, 1] / MAZE_CELL).round().long().clamp(0, self.rows - 1)
+        return row, col
 
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
         pos, quat, vel = obs[:, 0:2], obs[:, 3:7], obs[:, 15:17]
         goal, clock = obs[:, 29:31], obs[:, 31:33]
-        col = (pos[:, 0] / MAZE_CELL + (self.cols - 1) / 2).round().long().clamp(0, self.cols - 1)
-        row = ((self.rows - 1) / 2 - pos[:, 1] / MAZE_CELL).round().long().clamp(0, self.rows - 1)
-        a, b, c = (torch.where(self.is_goal[k, row, col][:, None], goal, self.points[k, row, col]) for k in range(3))
+        row, col = self._cell(pos)
+        g = self.index[self._cell(goal)].clamp_min(0)
+        a, b, c = (torch.where(self.is_goal[k, g, row, col][:, None], goal, self.points[k, g, row, col])
+                   for k in range(3))
         target = _pursuit_target(pos, a, b, c)
         direction = target - pos
         direction = direction / direction.norm(dim=-1, keepdim=True).clamp_min(1e-6)

@@ -10,6 +10,9 @@ Reward term `goal`: 1 while within 0.5 m of the goal, else 0 (sparse). No termin
 `terminate_at_goal=True` ends the episode on arrival instead.
 Initial state: the start cell (the top-left open cell) plus U(-0.25, 0.25) in x and y; the goal
 is the open cell farthest from it (by path length), plus U(-0.25, 0.25) noise per episode.
+`start="random"` draws the start cell uniformly from every open cell, `start="play"` from the
+layout's decision points (`play_cells`: dead ends, junctions and turns), as D4RL's antmaze
+`diverse` and `play` datasets began their episodes (for collecting data; evaluation keeps "fixed").
 Success metric: `episode/success`, 1 if the ball came within 0.5 m of the goal at any point of the
 episode (logged over finished episodes, a success rate).
 """
@@ -52,6 +55,7 @@ LAYOUTS = {
               "############"],
 }
 GOAL_RADIUS = 0.5
+START_MODES = ("fixed", "random", "play")
 
 
 def cell_center(row: int, col: int, layout: list[str]) -> tuple[float, float]:
@@ -79,6 +83,64 @@ def start_and_goal(layout: list[str]) -> tuple[tuple[int, int], tuple[int, int]]
     dist = bfs_distances(layout, start)
     goal = max(dist, key=lambda cell: (dist[cell], cell))
     return start, goal
+
+
+def open_cells(layout: list[str]) -> list[tuple[int, int]]:
+    """Every open cell (row, col), row-major."""
+    return [(r, c) for r, row in enumerate(layout) for c, ch in enumerate(row) if ch != "#"]
+
+
+def _neighbours(layout: list[str], cell: tuple[int, int]) -> list[tuple[int, int]]:
+    r, c = cell
+    return [(r + dr, c + dc) for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1)) if layout[r + dr][c + dc] != "#"]
+
+
+def play_cells(layout: list[str]) -> list[tuple[int, int]]:
+    """The layout's decision points, D4RL antmaze-play's "hand-picked" locations made a rule: dead ends (one
+    open neighbour), junctions (three or more) and turns (two that are not opposite)."""
+    cells = []
+    for cell in open_cells(layout):
+        n = _neighbours(layout, cell)
+        straight = len(n) == 2 and (n[0][0] == n[1][0] or n[0][1] == n[1][1])
+        if not straight:
+            cells.append(cell)
+    return cells
+
+
+def next_hops(layout: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Shortest-path routing between every pair of open cells, for goal-reaching controllers.
+
+    Returns ``index`` [rows, cols] (each open cell's number in `open_cells`, -1 for walls) and ``hop``
+    [G, rows, cols, 2]: for goal cell number g and an open cell (r, c), the neighbour (row, col) one step
+    closer to g on a shortest path (the goal cell itself points to itself; ties broken by neighbour order).
+    """
+    cells = open_cells(layout)
+    index = -np.ones((len(layout), len(layout[0])), np.int64)
+    for i, cell in enumerate(cells):
+        index[cell] = i
+    hop = np.zeros((len(cells), len(layout), len(layout[0]), 2), np.int64)
+    for g, goal in enumerate(cells):
+        dist = bfs_distances(layout, goal)
+        for cell, d in dist.items():
+            hop[g, cell[0], cell[1]] = cell if d == 0 else min(_neighbours(layout, cell), key=lambda n: dist[n])
+    return index, hop
+
+
+def start_choices(layout: list[str], mode: str, scale: float = 1.0) -> np.ndarray | None:
+    """World (x, y) of the cells episodes may begin in under `MazeConfig.start` (None for "fixed")."""
+    if mode == "fixed":
+        return None
+    cells = open_cells(layout) if mode == "random" else play_cells(layout)
+    return scale * np.array([cell_center(*cell, layout) for cell in cells], np.float32)
+
+
+def draw_start(fixed: np.ndarray, choices: np.ndarray | None, key: jax.Array) -> jax.Array:
+    """The start cell's centre: `fixed`, or one of `choices` drawn with `key` (folded, so the fixed start
+    keeps its original random stream)."""
+    if choices is None:
+        return jnp.asarray(fixed)
+    i = jax.random.randint(jax.random.fold_in(key, 1), (), 0, choices.shape[0])
+    return jnp.asarray(choices)[i]
 
 
 def maze_xml(layout: list[str]) -> str:
@@ -123,16 +185,24 @@ class MazeConfig(TaskConfig):
     ctrl_dt: float = 0.02
     sim_dt: float = 0.01
     terminate_at_goal: bool = False
+    #: Where episodes begin: "fixed" (the start cell), "random" (any open cell) or "play" (`play_cells`).
+    start: str = "fixed"
 
     def validate(self) -> None:
         super().validate()
         if self.layout not in LAYOUTS:
             raise ConfigError(f"layout must be one of {sorted(LAYOUTS)}, got {self.layout!r}")
+        if self.start not in START_MODES:
+            raise ConfigError(f"start must be one of {START_MODES}, got {self.start!r}")
 
 
 class PointMaze(Task):
     __doc__ = __doc__
     config_class = MazeConfig
+    #: Where the goal sits in the "policy" observation and the cell size (m): what a goal-commanding
+    #: data collector needs to give the reference controller a goal of its own.
+    goal_obs = slice(4, 6)
+    cell_size = 1.0
 
     def __init__(self, config: MazeConfig | None = None, name: str | None = None):
         super().__init__(config, name)
@@ -140,13 +210,15 @@ class PointMaze(Task):
         start, goal = start_and_goal(self.layout)
         self.start_xy = np.array(cell_center(*start, self.layout), np.float32)
         self.goal_xy = np.array(cell_center(*goal, self.layout), np.float32)
+        self.start_choices = start_choices(self.layout, self.cfg.start)
 
     def xml(self) -> str:
         return maze_xml(self.layout)
 
     def init(self, key):
         k1, k2 = jax.random.split(key)
-        pos = jnp.asarray(self.start_xy) + jax.random.uniform(k1, (2,), minval=-0.25, maxval=0.25)
+        pos = draw_start(self.start_xy, self.start_choices, k1)
+        pos = pos + jax.random.uniform(k1, (2,), minval=-0.25, maxval=0.25)
         goal = jnp.asarray(self.goal_xy) + jax.random.uniform(k2, (2,), minval=-0.25, maxval=0.25)
         return pos, jnp.zeros(2), {"goal": goal, "reached": jnp.zeros((), bool)}
 

@@ -233,31 +233,35 @@ REFERENCE_POLICIES["quadrotor-track"] = quadrotor_policy
 
 
 # --- point mazes ---------------------------------------------------------------------------------
-# Observation: [x, y, vx, vy, goal_x, goal_y]. Each open cell points to its neighbour on a shortest
-# path to the goal cell (breadth-first search from the goal); the ball is PD-steered to that
-# neighbour's centre, and to the goal itself once in the goal cell.
+# Observation: [x, y, vx, vy, goal_x, goal_y]. Shortest-path routing between every pair of open cells
+# (`sim.tasks.maze.next_hops`): the ball is PD-steered to the centre of the next cell towards the goal's
+# cell, and to the goal itself once in that cell. The goal is read from the observation, so the same
+# controller reaches any goal it is given (the goal datasets of `robolearn collect` command their own).
 MAZE_PD = (4.0, 1.0)
 
 
 def maze_policy(layout_name: str) -> Policy:
-    from sim.tasks.maze import LAYOUTS, bfs_distances, cell_center, start_and_goal
+    from sim.tasks.maze import LAYOUTS, cell_center, next_hops
 
     layout = LAYOUTS[layout_name]
     rows, cols = len(layout), len(layout[0])
-    _, goal = start_and_goal(layout)
-    dist = bfs_distances(layout, goal)
-    waypoint = torch.zeros(rows, cols, 2)
-    for (r, c), d in dist.items():
-        nxt = min(((r + dr, c + dc) for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1)) if (r + dr, c + dc) in dist),
-                  key=lambda cell: dist[cell]) if d > 0 else (r, c)
-        waypoint[r, c] = torch.tensor(cell_center(*nxt, layout))
+    index, hop = next_hops(layout)
+    index_t = torch.from_numpy(index)
+    centers = torch.tensor([[cell_center(r, c, layout) for c in range(cols)] for r in range(rows)])  # [R, C, 2]
+    waypoint = centers[torch.from_numpy(hop[..., 0]), torch.from_numpy(hop[..., 1])]  # [G, R, C, 2]
+
+    def cell_of(xy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        col = (xy[:, 0] + (cols - 1) / 2).round().long().clamp(0, cols - 1)
+        row = ((rows - 1) / 2 - xy[:, 1]).round().long().clamp(0, rows - 1)
+        return row, col
 
     def policy(obs: torch.Tensor) -> torch.Tensor:
         pos, vel, goal_xy = obs[:, 0:2], obs[:, 2:4], obs[:, 4:6]
-        col = (pos[:, 0] + (cols - 1) / 2).round().long().clamp(0, cols - 1)
-        row = ((rows - 1) / 2 - pos[:, 1]).round().long().clamp(0, rows - 1)
-        target = waypoint[row, col]
-        at_goal = (row == goal[0]) & (col == goal[1])
+        row, col = cell_of(pos)
+        goal_row, goal_col = cell_of(goal_xy)
+        g = index_t[goal_row, goal_col].clamp_min(0)
+        target = waypoint[g, row, col]
+        at_goal = (row == goal_row) & (col == goal_col)
         target = torch.where(at_goal[:, None], goal_xy, target)
         kp, kd = MAZE_PD
         return (kp * (target - pos) - kd * vel).clamp(-1.0, 1.0)
