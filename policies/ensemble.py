@@ -126,6 +126,25 @@ class TanhGaussianActor(nn.Module):
         log_prob = log_prob - (2.0 * (math.log(2.0) - pre - nn.functional.softplus(-2.0 * pre))).sum(-1)
         return action, log_prob
 
+    def log_prob(self, obs: torch.Tensor, actions: torch.Tensor, squashed: bool = True,
+                 eps: float = 1e-6) -> torch.Tensor:
+        """[B] log-density of given actions in [-1, 1] (a dataset's), for behaviour cloning and AWR.
+
+        `squashed`: under this tanh-Gaussian itself; the actions are clipped to +-(1 - eps) first, so that
+        atanh stays finite for actions on the bounds. Otherwise under the Gaussian N(tanh(mu), sigma) centred
+        on the same mode, the likelihood that IQL's advantage-weighted regression fits in kostrikov/iql and
+        CORL: no atanh, so actions on the bounds pull no harder than any other.
+        """
+        mean, log_std = self._stats(obs)
+        if squashed:
+            a = actions.clamp(-1.0 + eps, 1.0 - eps)
+            z = (torch.atanh(a) - mean) / log_std.exp()
+            jacobian = torch.log1p(-a**2).sum(-1)  # log |d tanh(u) / du| at u = atanh(a)
+        else:
+            z = (actions - torch.tanh(mean)) / log_std.exp()
+            jacobian = 0.0
+        return (-0.5 * z**2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1) - jacobian
+
     def mode(self, obs: torch.Tensor) -> torch.Tensor:
         """The deterministic action tanh(mu(o)), for evaluation and deployment."""
         return torch.tanh(self._stats(obs)[0])

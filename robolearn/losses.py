@@ -134,3 +134,15 @@ class HLGauss(nn.Module):
         """Per-element cross-entropy between the target histogram (no gradient) and softmax(logits)."""
         probs = self.target_probs(target.detach())
         return -(probs * torch.log_softmax(logits, -1)).sum(-1)
+
+
+def expectile_loss(diff: Tensor, expectile: float) -> Tensor:
+    """Asymmetric squared error mean(|tau - 1(diff < 0)| diff^2): IQL's value loss (Kostrikov et al. 2022).
+
+    With diff = Q - V, minimising it over V fits the tau-expectile of Q: tau = 0.5 is the mean (plain squared
+    error, halved), tau -> 1 approaches the maximum over the data's actions.
+    """
+    if not 0.0 < expectile < 1.0:
+        raise ConfigError(f"the expectile must be in (0, 1), got {expectile}")
+    weight = torch.where(diff < 0, 1.0 - expectile, expectile)
+    return (weight * diff**2).mean()

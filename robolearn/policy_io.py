@@ -5,7 +5,10 @@
     policy.run                                                              # the run config it was trained with
 
 Every checkpoint kind loads here: PPO (`ActorCritic`: the mean, or a Gaussian sample), SAC (the tanh-Gaussian
-actor: tanh(mu), or a reparameterised sample), TD3 (tanh(mu), or with its exploration noise). Deployment,
+actor: tanh(mu), or a reparameterised sample), TD3 (tanh(mu), or with its exploration noise). The offline
+algorithms (`robolearn.algos.offline`: BC, TD3+BC, IQL, CQL, Cal-QL, ReBRAC) name their actor in the config,
+`"actor": "tanh_gaussian"` (loaded as the SAC kind) or `"deterministic"` (the TD3 kind), with `actor_hidden`,
+`activation` and `actor_layer_norm` beside it at the top level. Deployment,
 the real-world actor, evaluation and rendering use it; none needs critics or target networks, so only the
 actor's weights are read. This module imports neither the simulator nor JAX.
 """
@@ -96,7 +99,7 @@ def _actor(kind: str, cfg: Mapping[str, Any]) -> torch.nn.Module:
     try:
         if kind == "ppo":
             return ActorCritic(**cfg)
-        c = cfg[kind]
+        c = cfg if "actor" in cfg else cfg[kind]  # an offline algorithm keeps its actor fields at the top level
         actor_class = TanhGaussianActor if kind == "sac" else DeterministicActor
         return actor_class(cfg["obs_dim"], cfg["num_actions"], tuple(c["actor_hidden"]), c["activation"],
                            c["actor_layer_norm"])
@@ -104,8 +107,18 @@ def _actor(kind: str, cfg: Mapping[str, Any]) -> torch.nn.Module:
         raise CheckpointError(f"checkpoint policy config does not fit the policy: {e}") from e
 
 
+#: An offline algorithm's `"actor"` -> the policy kind whose network it is.
+ACTOR_KINDS = {"tanh_gaussian": "sac", "deterministic": "td3"}
+
+
 def policy_kind(policy_config: Mapping[str, Any]) -> str:
     """"sac", "td3" or "ppo": which network a checkpoint's policy config describes."""
+    if "actor" in policy_config:  # an offline algorithm's checkpoint names its actor
+        actor = policy_config["actor"]
+        if actor not in ACTOR_KINDS:
+            raise CheckpointError(f"checkpoint policy config has actor {actor!r}; expected one of "
+                                  f"{sorted(ACTOR_KINDS)}")
+        return ACTOR_KINDS[actor]
     return "sac" if "sac" in policy_config else "td3" if "td3" in policy_config else "ppo"
 
 
