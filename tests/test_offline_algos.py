@@ -328,6 +328,13 @@ def test_return_to_go():
     fail = torch.zeros(4)
     assert torch.allclose(return_to_go(fail, 0.9, reward_scale=10.0, reward_bias=-5.0, failure_reward=0.0),
                           torch.full((4,), -50.0))
+    # a dataset's episodes (rewards [N], step_starts [E + 1]) as the runner hands them over
+    calql = CalQL(D, A, CalQLConfig(gamma=0.5, critic_hidden=(8,), actor_hidden=(8,)))
+    got = calql.dataset_returns(np.array([1.0, 0.0, 2.0, 4.0, 2.0]), np.array([0, 3, 5]))
+    assert torch.allclose(got, torch.tensor([1.5, 1.0, 2.0, 5.0, 2.0]))
+    actions = np.arange(10.0).reshape(5, 2)
+    following = ReBRAC.dataset_next_actions(actions, np.array([0, 3, 5]))
+    assert following.tolist() == [[2, 3], [4, 5], [4, 5], [8, 9], [8, 9]]  # an episode's last step repeats its own
 
 
 # --- learning ----------------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ learnt Q is then "calibrated": at least the behaviour policy's value, so fine-tu
 the drop that an over-pessimistic CQL shows. Everything else is `robolearn.algos.cql`.
 
 The batch must carry `mc_returns` [B]: G of each transition, computed from the rewards as the learner shapes
-them (`reward_scale * r + reward_bias`); `return_to_go` below computes it for one episode. Defaults:
+them (`reward_scale * r + reward_bias`): `CalQL.dataset_returns` computes them for a whole dataset,
+`return_to_go` for one episode. Defaults:
 CORL `algorithms/finetune/cal_ql.py` TrainConfig (CQL's locomotion values with q_n_hidden_layers 2); CORL
 ships Cal-QL configs only for antmaze and adroit (`configs/finetune/cal_ql/*`, see `configs/algo/calql.yaml`).
 CORL also switches the calibration off for its online phase (`switch_calibration`); set `calibrate: false`
@@ -29,6 +30,7 @@ from robolearn.errors import ConfigError
 class CalQLConfig(CQLConfig):
     critic_hidden: tuple[int, ...] = (256, 256)  # CORL cal_ql.py q_n_hidden_layers: 2 (antmaze configs: 5)
     calibrate: bool = True             # bound pi's Q-values by the MC returns (CORL: on offline, off online)
+    sparse_failure_reward: float | None = None  # CORL is_sparse_reward (antmaze: 0.0): see `return_to_go`
 
 
 def return_to_go(rewards: torch.Tensor, gamma: float, reward_scale: float = 1.0, reward_bias: float = 0.0,
@@ -58,6 +60,15 @@ class CalQL(CQL):
     def __init__(self, obs_dim: int, num_actions: int, cfg: CalQLConfig | None = None,
                  device: str | torch.device = "cpu"):
         super().__init__(obs_dim, num_actions, cfg if cfg is not None else CalQLConfig(), device)
+
+    def dataset_returns(self, rewards: Any, step_starts: Any) -> torch.Tensor:
+        """[N] every transition's `mc_returns` for a dataset of episodes: its rewards [N] (raw) and the index of
+        each episode's first step plus the total, [E + 1] (`robolearn.data.Dataset.step_starts`)."""
+        cfg, rewards = self.cfg, torch.as_tensor(rewards, dtype=torch.float64)
+        starts = [int(i) for i in step_starts]
+        out = [return_to_go(rewards[s:t], cfg.gamma, cfg.reward_scale, cfg.reward_bias, cfg.sparse_failure_reward)
+               for s, t in zip(starts[:-1], starts[1:], strict=True)]
+        return torch.cat(out).float() if out else torch.zeros(0)
 
     def bound_policy_q(self, q_current: torch.Tensor, q_next: torch.Tensor, batch: dict[str, Any]
                        ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:

@@ -9,11 +9,13 @@ What it changes over `robolearn.algos.td3_bc`, each a field below:
       y = r + discount * (min_i Q'_i(s', a') - beta_critic * ||a' - a'_data||^2),   a' = clip(pi'(s') + noise).
 
 The batch must therefore carry `next_actions` [B, A], the dataset's action at `next_obs` (any value where
-`discount` is 0), unless beta_critic is 0. Defaults are CORL's `algorithms/offline/rebrac.py` with
-`configs/offline/rebrac/hopper/medium_v2.yaml` (actor_bc_coef 0.01, critic_bc_coef 0.01; see
-`configs/algo/rebrac.yaml` for the other datasets). Unlike CORL's flax networks, LayerNorm comes before the
-activation (`policies.ensemble`, as RLPD) rather than after it, and the layers keep PyTorch's default init
-(CORL: bias 0.1, final layer uniform +-3e-3 for the critic and +-1e-3 for the actor).
+`discount` is 0), unless beta_critic is 0: `ReBRAC.dataset_next_actions` makes them for a dataset.
+
+Defaults are CORL's `algorithms/offline/rebrac.py` with `configs/offline/rebrac/hopper/medium_v2.yaml`
+(actor_bc_coef 0.01, critic_bc_coef 0.01; see `configs/algo/rebrac.yaml` for the other datasets). Unlike CORL's
+flax networks, LayerNorm comes before the activation (`policies.ensemble`, as RLPD) rather than after it, and
+the layers keep PyTorch's default init (CORL: bias 0.1, final layer uniform +-3e-3 for the critic and +-1e-3
+for the actor).
 """
 
 from __future__ import annotations
@@ -67,6 +69,18 @@ class ReBRAC(TD3BC):
     def __init__(self, obs_dim: int, num_actions: int, cfg: ReBRACConfig | None = None,
                  device: str | torch.device = "cpu"):
         super().__init__(obs_dim, num_actions, cfg if cfg is not None else ReBRACConfig(), device)
+
+    @staticmethod
+    def dataset_next_actions(actions: Any, step_starts: Any) -> torch.Tensor:
+        """[N, A] every transition's `next_actions` for a dataset of episodes: its actions [N, A] shifted by one
+        within each episode (`step_starts` [E + 1] as `robolearn.data.Dataset`'s). An episode's last step has no
+        next action in the data: it repeats its own, which matters only where a time-out bootstraps (CORL drops
+        time-out transitions instead)."""
+        actions = torch.as_tensor(actions, dtype=torch.float32)
+        following = torch.cat([actions[1:], actions[-1:]])
+        last = torch.as_tensor(step_starts[1:], dtype=torch.long) - 1  # each episode's last step
+        following[last] = actions[last]
+        return following
 
     @torch.no_grad()
     def target(self, batch: dict[str, Any], noise: torch.Tensor) -> torch.Tensor:
