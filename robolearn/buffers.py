@@ -47,6 +47,7 @@ class ReplayBuffer:
         self.dones = torch.zeros(t, n, dtype=torch.bool, device=self.device)
         self.ptr = 0  # next time slot to write
         self.filled = 0  # time slots written (<= steps)
+        self.extras: dict[str, torch.Tensor] = {}  # per-transition extras of `from_transitions`
 
     def __len__(self) -> int:
         return self.filled * self.num_envs
@@ -115,9 +116,11 @@ class ReplayBuffer:
             steps = torch.ones_like(rewards)
         else:
             rewards, last, discount, steps = self._n_step(slot, age, env)
-        return {"obs": {k: v[slot, env] for k, v in self.obs.items()}, "actions": self.actions[slot, env],
-                "rewards": rewards, "next_obs": {k: v[last, env] for k, v in self.next_obs.items()},
-                "discount": discount, "steps": steps}
+        batch = {"obs": {k: v[slot, env] for k, v in self.obs.items()}, "actions": self.actions[slot, env],
+                 "rewards": rewards, "next_obs": {k: v[last, env] for k, v in self.next_obs.items()},
+                 "discount": discount, "steps": steps}
+        batch.update({k: v[slot, env] for k, v in self.extras.items()})
+        return batch
 
     def _n_step(self, slot: torch.Tensor, age: torch.Tensor, env: torch.Tensor):
         """Sum up to n rewards along each env's timeline, stopping after a done or at the newest slot.
@@ -174,10 +177,15 @@ class ReplayBuffer:
     @classmethod
     def from_transitions(cls, obs: dict[str, torch.Tensor], actions: torch.Tensor, rewards: torch.Tensor,
                          next_obs: dict[str, torch.Tensor], terminated: torch.Tensor, truncated: torch.Tensor,
-                         device: str | torch.device = "cpu", n_step: int = 1, gamma: float = 0.99) -> ReplayBuffer:
-        """A buffer holding a flat dataset of M transitions in order (e.g. an offline dataset)."""
+                         device: str | torch.device = "cpu", n_step: int = 1, gamma: float = 0.99,
+                         extras: dict[str, torch.Tensor] | None = None) -> ReplayBuffer:
+        """A buffer holding a flat dataset of M transitions in order (e.g. an offline dataset).
+
+        `extras`: more per-transition values ([M, ...], e.g. Cal-QL's Monte-Carlo returns) that every sample carries
+        under their names. They are not part of `state_dict`: a dataset's buffer is rebuilt from the dataset."""
         m = actions.shape[0]
         buf = cls(m, 1, {k: v.shape[-1] for k, v in obs.items()}, actions.shape[-1], device, n_step, gamma)
+        buf.extras = {k: v.to(buf.device)[:, None] for k, v in (extras or {}).items()}
         tensors = {"actions": actions[:, None], "rewards": rewards[:, None], "terminated": terminated[:, None].bool(),
                    "dones": (terminated.bool() | truncated.bool())[:, None]}
         tensors.update({f"obs/{k}": v[:, None] for k, v in obs.items()})

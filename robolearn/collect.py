@@ -23,7 +23,8 @@ Every env runs whole episodes; an episode's T+1 observations include the final o
 auto-reset), time-outs are truncations, true terminal states terminations. The metadata carries the task,
 kind, policies, seed, return statistics and the task's reference returns (``ref_min_score``: mean return of
 uniform random actions, measured here when not given; ``ref_max_score``: the expert's, given as
-``ref_max_score=`` or measured from ``kind=expert`` runs) so scores normalise as D4RL's.
+``ref_max_score=``, or measured: the noise-free reference controller's when it is a behaviour, else the mean
+of ``kind=expert`` runs) so scores normalise as D4RL's.
 
 Replay kinds read a training run instead of stepping the sim: ``medium-replay`` is the replay buffer saved with
 an off-policy checkpoint at about the medium level, ``full-replay`` the one saved with the final checkpoint
@@ -299,10 +300,9 @@ def collect(cfg: CollectConfig) -> Dataset:
         if ref_min is None:
             ref_min = returns.mean() if cfg.kind == "random" else _random_return(env, cfg)
         ref_max = cfg.ref_max_score
-        if ref_max is None and "reference" in (cfg.policy, cfg.expert_policy):
-            from sim.tasks import spec
-
-            ref_max = spec(cfg.env.name).reference_return  # the reference controller's, noise-free
+        if ref_max is None and "reference" in (cfg.policy, cfg.expert_policy):  # the reference controller's,
+            episodes_ref = rollout(env, policy_actor("reference", env, cfg.seed + 20_000), cfg.ref_episodes)  # no noise
+            ref_max = float(np.mean([np.sum(e["rewards"], dtype=np.float64) for e in episodes_ref]))
         if ref_max is None and cfg.kind == "expert":
             ref_max = float(returns.mean())
     finally:

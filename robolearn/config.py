@@ -20,11 +20,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from robolearn.algos.bc import BCConfig
+from robolearn.algos.calql import CalQLConfig
+from robolearn.algos.cql import CQLConfig
+from robolearn.algos.iql import IQLConfig
 from robolearn.algos.ppo import PPOConfig
+from robolearn.algos.rebrac import ReBRACConfig
 from robolearn.algos.sac import SACConfig
 from robolearn.algos.td3 import TD3Config
+from robolearn.algos.td3_bc import TD3BCConfig
 from robolearn.errors import ConfigError
 from robolearn.runners.off_policy import OffPolicyRunConfig
+from robolearn.runners.offline import OfflineRunConfig
 
 __all__ = ["config_dir", "compose", "help_text", "EnvConfig", "TrainConfig", "OffPolicyRunConfig", "ALGORITHMS",
            "algo_config", "make_env", "control_rate"]
@@ -55,6 +62,8 @@ class TrainConfig:
     resume: str | None = None       # a run directory to continue (its config.yaml; `iterations` may grow)
     video: bool = True              # render the final policy to <run_dir>/video.mp4
     progress: bool = True
+    dataset: str | None = None      # offline algos: a dataset path (any format) or a name under data/; env= defaults
+    #                                 to its task
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
     algo: Any = None                # filled by the algo group: one of ALGORITHMS' schemas
 
@@ -75,11 +84,29 @@ class TD3Schema(OffPolicyRunConfig, TD3Config):
     recipe: str = "td3"
 
 
+def _offline_schema(name: str, algo_config: type) -> type:
+    """The `algo` group schema of an offline algorithm: the offline runner's fields and the algorithm's."""
+    fields = [("name", str, name), ("recipe", str, name)]
+    bases = (OfflineRunConfig, algo_config)
+    return dataclasses.make_dataclass(f"{algo_config.__name__[:-6]}Schema", fields, bases=bases)
+
+
+#: The offline algorithms: algo.name -> (its config class, "module:Class" of the learner).
+OFFLINE_ALGORITHMS: dict[str, tuple[type, str]] = {
+    "bc": (BCConfig, "robolearn.algos.bc:BC"),
+    "td3_bc": (TD3BCConfig, "robolearn.algos.td3_bc:TD3BC"),
+    "iql": (IQLConfig, "robolearn.algos.iql:IQL"),
+    "cql": (CQLConfig, "robolearn.algos.cql:CQL"),
+    "calql": (CalQLConfig, "robolearn.algos.calql:CalQL"),
+    "rebrac": (ReBRACConfig, "robolearn.algos.rebrac:ReBRAC"),
+}
+
 #: algo.name -> (its schema in the `algo` group, the algorithm's config class, the runner's config class or None)
 ALGORITHMS: dict[str, tuple[type, type, type | None]] = {
     "ppo": (PPOSchema, PPOConfig, None),
     "sac": (SACSchema, SACConfig, OffPolicyRunConfig),
     "td3": (TD3Schema, TD3Config, OffPolicyRunConfig),
+    **{name: (_offline_schema(name, cfg), cfg, OfflineRunConfig) for name, (cfg, _) in OFFLINE_ALGORITHMS.items()},
 }
 
 

@@ -1,6 +1,8 @@
-"""`robolearn train`: PPO, SAC (and its recipes) or TD3 on a simulated task, as `configs/train.yaml` composes it.
+"""`robolearn train`: PPO, SAC (and its recipes) or TD3 on a simulated task, or an offline algorithm (BC, TD3+BC,
+IQL, CQL, Cal-QL, ReBRAC) on a dataset, as `configs/train.yaml` composes it.
 
     robolearn train env=pendulum-swingup algo=sac seed=1 algo.batch_size=128
+    robolearn train algo=iql dataset=data/d4rl-like/cheetah-run-medium-v0 algo.gradient_steps=100000
     robolearn train resume=runs/<run> iterations=400
 
 A run directory holds the resolved `config.yaml`, `metrics.jsonl`, TensorBoard events, checkpoints,
@@ -16,16 +18,22 @@ from typing import Any
 
 import torch
 
-from robolearn.config import algo_config, compose, make_env
+from robolearn.config import OFFLINE_ALGORITHMS, algo_config, compose, make_env
 from robolearn.errors import CheckpointError, ConfigError
+from robolearn.runners.offline import OfflineRunConfig
 
 
 def resolve_run(cfg: dict[str, Any]) -> dict[str, Any]:
     """Fill what depends on the algorithm: `iterations` (PPO: the task preset's; off-policy: from
     `algo.env_steps`)."""
     algo_cfg, run_cfg = algo_config(cfg["algo"])
+    if isinstance(run_cfg, OfflineRunConfig) != bool(cfg.get("dataset")):
+        raise ConfigError(f"algo={cfg['algo']['name']} " + ("needs dataset=<path or name>" if cfg.get("dataset") is None
+                          else "is online: dataset= is for the offline algorithms (online: algo.offline_data=)"))
     if cfg["iterations"] is None:
-        if run_cfg is None:
+        if isinstance(run_cfg, OfflineRunConfig):
+            cfg["iterations"] = max(1, -(-run_cfg.gradient_steps // run_cfg.log_every))
+        elif run_cfg is None:
             cfg["iterations"] = int(cfg["env"]["iterations"])
         else:
             per_iteration = run_cfg.steps_per_iteration * int(cfg["env"]["num_envs"])
@@ -35,7 +43,9 @@ def resolve_run(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def train(overrides: list[str]) -> Path:
     """Train as configured by `key=value` overrides of configs/train.yaml; returns the run directory."""
+    overrides, dataset = _split_dataset(overrides)
     cfg = compose("train", overrides)
+    cfg["dataset"] = dataset
     resuming = bool(cfg["resume"])
     if resuming:
         run_dir = Path(cfg["resume"])
@@ -56,7 +66,9 @@ def train(overrides: list[str]) -> Path:
 
     seed = int(cfg["seed"])
     torch.manual_seed(seed)
-    env = make_env(cfg["env"], seed)
+    _, run_cfg = algo_config(cfg["algo"])
+    offline = isinstance(run_cfg, OfflineRunConfig)  # its envs are the evaluation episodes
+    env = make_env(cfg["env"], seed, num_envs=run_cfg.eval_episodes if offline else None)
     cfg["env"]["policy_dt"] = float(env.task.cfg.ctrl_dt * env.task.cfg.action_repeat)  # the policy acts this often
     (run_dir / "config.yaml").write_text(json.dumps(cfg, indent=2))  # JSON is valid YAML: readable by both
     runner = make_runner(env, cfg, run_dir, seed)
@@ -82,6 +94,8 @@ def make_runner(env: Any, cfg: dict[str, Any], run_dir: Path, seed: int):
     """The on- or off-policy runner, with its algorithm, for a resolved train config."""
     device = torch.device(cfg["device"])
     algo_cfg, run_cfg = algo_config(cfg["algo"])
+    if isinstance(run_cfg, OfflineRunConfig):
+        return offline_runner(env, cfg, algo_cfg, run_cfg, run_dir, seed, device)
     if run_cfg is None:
         from robolearn.algos.ppo import PPO
         from robolearn.runners.on_policy import OnPolicyRunner
@@ -130,3 +144,55 @@ def offline_buffer(path: str | None, env: Any, algo_cfg: Any, device: torch.devi
     buffer = to_replay_buffer(data, groups, device=str(device), n_step=algo_cfg.n_step, gamma=algo_cfg.gamma)
     print(f"offline data: {len(buffer)} transitions from {data.num_episodes} episodes in {path}")
     return buffer
+
+
+def resolve_dataset(name: str) -> Path:
+    """`dataset=`: a path, or a name under data/ (`data/<name>`, `data/<suite>/<name>`, with or without `-v0`)."""
+    path = Path(name)
+    if path.exists():
+        return path
+    for candidate in (Path("data") / name, Path("data") / f"{name}-v0", *Path("data").glob(f"*/{name}"),
+                      *Path("data").glob(f"*/{name}-v0")):
+        if candidate.exists():
+            return candidate
+    raise ConfigError(f"dataset {name!r} not found (as a path, or under data/); make one with `robolearn collect` "
+                      "(e.g. `robolearn collect suite=d4rl-like`)")
+
+
+def _split_dataset(overrides: list[str]) -> tuple[list[str], str | None]:
+    """Take `dataset=X` out of the overrides (configs/dataset/ is the dataset-suite folder, so Hydra would read it
+    as a group) and, without `env=`, make the env the dataset's task (from its metadata)."""
+    given = {o.split("=", 1)[0].lstrip("+"): o.split("=", 1)[1] for o in overrides if "=" in o}
+    if "dataset" not in given:
+        return overrides, None
+    rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+") != "dataset"]
+    if "env" in given or "resume" in given:
+        return rest, given["dataset"]
+    from robolearn.data.formats import load_dataset
+
+    task = load_dataset(resolve_dataset(given["dataset"])).metadata.get("task")
+    return ([*rest, f"env={task}"] if task else rest), given["dataset"]
+
+
+def offline_runner(env: Any, cfg: dict[str, Any], algo_cfg: Any, run_cfg: OfflineRunConfig, run_dir: Path, seed: int,
+                   device: torch.device):
+    """The offline runner with its algorithm and the dataset's buffer (checked against the env)."""
+    import importlib
+
+    from robolearn.data.formats import load_dataset
+    from robolearn.runners.offline import OfflineRunner, dataset_buffer, reference_returns
+
+    path = resolve_dataset(cfg["dataset"])
+    data = load_dataset(path)
+    module, _, attr = OFFLINE_ALGORITHMS[cfg["algo"]["name"]][1].partition(":")
+    learner = getattr(importlib.import_module(module), attr)
+    algo = learner(env.observation_shapes["policy"][0], env.num_actions, algo_cfg, device)
+    extras = {}  # per-transition values some learners need in every batch
+    if hasattr(algo, "dataset_returns"):  # Cal-QL: each transition's Monte-Carlo return-to-go
+        extras["mc_returns"] = torch.as_tensor(algo.dataset_returns(data.rewards, data.step_starts))
+    if hasattr(algo, "dataset_next_actions"):  # ReBRAC's critic penalty: the dataset's next action
+        extras["next_actions"] = torch.as_tensor(algo.dataset_next_actions(data.actions, data.step_starts))
+    buffer = dataset_buffer(data, env, str(path), device, algo_cfg.gamma, extras)
+    print(f"dataset: {len(buffer)} transitions from {data.num_episodes} episodes in {path}")
+    return OfflineRunner(env, algo, buffer, run_dir, cfg, run_cfg, reference_returns(data, env.task.name), seed=seed,
+                         progress=cfg["progress"])

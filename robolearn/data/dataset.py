@@ -342,9 +342,10 @@ class Transitions:
 
 
 def to_replay_buffer(dataset: Dataset, groups: Iterable[str] = (DEFAULT_GROUP,), device: str = "cpu",
-                     n_step: int = 1, gamma: float = 0.99) -> Any:
+                     n_step: int = 1, gamma: float = 0.99, extras: dict[str, Any] | None = None) -> Any:
     """A `robolearn.buffers.ReplayBuffer` holding every transition, with the observation ``groups`` given
-    (n-step returns stop at terminations and bootstrap at time-outs, as the buffer does for online data)."""
+    (n-step returns stop at terminations and bootstrap at time-outs, as the buffer does for online data);
+    ``extras``: per-transition tensors [N, ...] each sample carries too (e.g. Monte-Carlo returns)."""
     import torch
 
     from robolearn.buffers import ReplayBuffer
@@ -356,7 +357,7 @@ def to_replay_buffer(dataset: Dataset, groups: Iterable[str] = (DEFAULT_GROUP,),
     return ReplayBuffer.from_transitions(
         {g: t(f["obs"]) for g, f in flats.items()}, t(first["actions"]), t(first["rewards"]),
         {g: t(f["next_obs"]) for g, f in flats.items()}, t(first["terminated"]), t(first["truncated"]),
-        device=device, n_step=n_step, gamma=gamma,
+        device=device, n_step=n_step, gamma=gamma, extras=extras,
     )  # fmt: skip
 
 

@@ -1,0 +1,184 @@
+"""Offline training: gradient steps on a fixed dataset, with periodic evaluation in the simulator.
+
+    robolearn train algo=iql dataset=data/d4rl-like/cheetah-run-medium-v0
+
+The dataset (any format `robolearn.data.formats` reads) becomes one replay buffer of its transitions (time-outs
+bootstrap, terminations do not; a learner with `dataset_returns` (Cal-QL) gets its Monte-Carlo returns in every
+batch as `mc_returns`). Each iteration is
+`log_every` gradient steps (`algo.update(batch)` on uniform minibatches); every `eval_every` steps the
+deterministic policy plays `eval_episodes` whole episodes on as many batched envs, and `eval/return` and
+`eval/normalized_score` (D4RL's 100 * (R - random) / (expert - random), with the dataset's reference returns,
+else the task's) are logged. Outputs match the online runners: `metrics.jsonl`, TensorBoard, checkpoints
+(`latest` every `checkpoint_interval` iterations, `final`), a learning curve; resume is exact (networks,
+optimizers, RNGs and counters are saved; evaluation envs are re-seeded by gradient step; a run evaluates at its
+end too, so a run stopped and resumed has one evaluation more).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from robolearn import checkpoint
+from robolearn.errors import CheckpointError, ConfigError
+from robolearn.runners.base import RunnerBase, progress_bar, restore_rng, rng_state
+from robolearn.runners.off_policy import Means
+
+
+@dataclasses.dataclass
+class OfflineRunConfig:
+    """The offline runner's part of `algo` (beside the algorithm's own fields)."""
+
+    recipe: str = ""                # the preset's name, for run directories and logs (default: the algo's)
+    gradient_steps: int = 1_000_000  # training length (CORL: 1M); `iterations` = gradient_steps / log_every
+    log_every: int = 1000           # gradient steps per logged iteration
+    eval_every: int = 5000          # gradient steps between evaluations (CORL's eval_freq)
+    eval_episodes: int = 10         # episodes per evaluation, one per env (CORL: 10)
+
+
+class OfflineRunner(RunnerBase):
+    """Samples the dataset's buffer, updates `algo`, evaluates in `env` (its envs are the evaluation episodes)."""
+
+    draws_on_device = True
+
+    def __init__(self, env: Any, algo: Any, buffer: Any, run_dir: str | Path, config: dict[str, Any],
+                 run_cfg: OfflineRunConfig, reference: tuple[float, float] | None, seed: int = 0,
+                 progress: bool = True):
+        super().__init__(env, run_dir, config, seed, algo.device, progress)
+        if run_cfg.log_every < 1 or run_cfg.eval_every < 1 or run_cfg.eval_episodes < 1:
+            raise ConfigError("log_every, eval_every and eval_episodes must be >= 1")
+        self.algo, self.buffer, self.run_cfg, self.reference, self.seed = algo, buffer, run_cfg, reference, seed
+        self.last_eval: dict[str, float] = {}
+
+    @property
+    def gradient_steps(self) -> int:
+        return self.iteration * self.run_cfg.log_every
+
+    def learn(self, iterations: int, checkpoint_interval: int = 50) -> list[dict[str, Any]]:
+        """Run until `iterations` in total (counting those before a resume); returns the new metric rows."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        rows = []
+        batch_size = self.algo.cfg.batch_size
+        bar = progress_bar(self.progress, type(self.algo).__name__, iterations, self.iteration)
+        try:
+            while self.iteration < iterations:
+                stats = Means()
+                start = time.perf_counter()
+                for _ in range(self.run_cfg.log_every):
+                    stats.add(self.algo.update(self.buffer.sample(batch_size, self.generator), self.generator))
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                update_s = time.perf_counter() - start
+                self.iteration += 1
+                self.wall_s += update_s
+                row = {"iteration": self.iteration, "gradient_steps": self.gradient_steps, "env_steps": 0,
+                       "updates_per_s": self.run_cfg.log_every / update_s, **stats.means()}
+                due = self.gradient_steps % self.run_cfg.eval_every < self.run_cfg.log_every
+                if due or self.iteration == iterations:
+                    self.last_eval = self.evaluate()
+                    row.update(self.last_eval)
+                row["wall_s"] = round(self.wall_s, 3)
+                rows.append(row)
+                self._log(row)
+                if bar is not None:
+                    bar.update(row)
+                if self.iteration % checkpoint_interval == 0 or self.iteration == iterations:
+                    self.save(self.run_dir / "checkpoints" / "latest")
+        finally:
+            if bar is not None:
+                bar.close()
+        return rows
+
+    def _log(self, row: dict[str, Any]) -> None:
+        self.env_steps = self.gradient_steps  # TensorBoard's x axis: gradient steps
+        super()._log(row)
+        self.env_steps = 0
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Mean return of the deterministic policy over one episode per env (envs re-seeded per evaluation, so a
+        resumed run evaluates on the same starts), and its normalised score."""
+        start = time.perf_counter()
+        self.env.reset(seed=self.seed + 1 + self.gradient_steps)  # by step: the same starts however often it ran
+        obs = self.env.get_observations()
+        n = self.env.num_envs
+        total = torch.zeros(n, dtype=torch.float64)
+        running = torch.ones(n, dtype=torch.bool)
+        while bool(running.any()):
+            obs, rewards, dones, _ = self.env.step(self.algo.act(obs, deterministic=True).to(self.env.device))
+            total += rewards.double().cpu() * running
+            running &= ~dones.bool().cpu()
+        out = {"eval/return": float(total.mean()), "eval/return_std": float(total.std()) if n > 1 else 0.0,
+               "eval/seconds": time.perf_counter() - start}
+        if self.reference is not None:
+            lo, hi = self.reference
+            out["eval/normalized_score"] = 100.0 * (out["eval/return"] - lo) / (hi - lo)
+        return out
+
+    # --- checkpoints ---------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Networks (`model.safetensors`: the policy loads from it) and the trainer state: optimizers, RNGs,
+        counters and the last evaluation."""
+        tensors, meta = rng_state(self.generator, self.device)
+        opt_meta = {}
+        for name, opt in self.algo.optimizers.items():
+            t, m = checkpoint.flatten_optimizer(opt)
+            tensors.update({f"{name}/{k}": v for k, v in t.items()})
+            opt_meta[name] = m
+        meta.update({"optimizers": opt_meta, "iteration": self.iteration, "updates": self.algo.updates,
+                     "wall_s": self.wall_s, "last_eval": self.last_eval})
+        return checkpoint.save(path, {"policy": self.algo.config, "run": self.config}, self.algo.model_state(),
+                               tensors, meta)
+
+    def restore(self, path: str | Path) -> None:
+        _, model_state = checkpoint.load(path)
+        meta, tensors = checkpoint.load_trainer(path)
+        try:
+            self.algo.load_model_state(model_state)
+            for name, opt in self.algo.optimizers.items():
+                prefix = name + "/"
+                checkpoint.restore_optimizer(opt, {k[len(prefix):]: v for k, v in tensors.items()
+                                                   if k.startswith(prefix)}, meta["optimizers"][name])
+        except (RuntimeError, KeyError) as e:
+            raise CheckpointError(f"checkpoint {path} does not fit this learner: {e}") from e
+        restore_rng(self.generator, tensors, meta, self.device)
+        self.iteration, self.wall_s = meta["iteration"], meta["wall_s"]
+        self.algo.updates, self.last_eval = meta["updates"], meta["last_eval"]
+
+
+def dataset_buffer(data: Any, env: Any, path: str, device: torch.device, gamma: float,
+                   extras: dict[str, torch.Tensor] | None = None) -> Any:
+    """The dataset's transitions as a replay buffer for `env`'s learner, after checking they fit: the task (when the
+    dataset names one), the "policy" observation size and the action size. Raises ConfigError naming the fix."""
+    from robolearn.data.dataset import to_replay_buffer
+
+    task = data.metadata.get("task")
+    if task and task != env.task.name:
+        raise ConfigError(f"dataset {path} was collected on {task}, not {env.task.name}: pass env={task} (or leave "
+                          "env= out: it defaults to the dataset's task)")
+    if "policy" not in data.observations:
+        raise ConfigError(f"dataset {path} has observation groups {sorted(data.observations)}; the offline learners "
+                          "read 'policy'")
+    have, want = tuple(data.observations["policy"].shape[1:]), tuple(env.observation_shapes["policy"])
+    if have != want or data.actions.shape[1] != env.num_actions:
+        raise ConfigError(f"dataset {path} has observations {have} and actions {data.actions.shape[1]}; "
+                          f"{env.task.name} has {want} and {env.num_actions}")
+    return to_replay_buffer(data, ["policy"], device=str(device), gamma=gamma, extras=extras)
+
+
+def reference_returns(data: Any, task: str) -> tuple[float, float] | None:
+    """(random, expert) returns to normalise by: the dataset's reference scores, else the task registry's."""
+    lo, hi = data.metadata.get("ref_min_score"), data.metadata.get("ref_max_score")
+    if lo is not None and hi is not None and hi != lo:
+        return float(lo), float(hi)
+    from sim.tasks import spec
+
+    try:
+        s = spec(task)
+    except Exception:  # noqa: BLE001  an unregistered task: no normalisation
+        return None
+    return (s.random_return, s.reference_return) if s.reference_return != s.random_return else None

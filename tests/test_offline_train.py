@@ -1,0 +1,78 @@
+"""`robolearn train algo=<offline> dataset=...`: the offline runner (gradient steps, periodic evaluation with a
+normalised score, the online runners' outputs, exact resume) and its errors for a dataset that does not fit."""
+
+import json
+
+import pytest
+import torch
+
+from robolearn import checkpoint
+from robolearn.cli import main
+from robolearn.collect import CollectConfig, collect
+from robolearn.config import EnvConfig
+from robolearn.data.formats import save_dataset
+from robolearn.policy_io import load_policy
+
+SHORT = ["algo.log_every=20", "algo.eval_every=40", "algo.eval_episodes=8", "algo.batch_size=64", "video=false",
+         "progress=false"]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """Noisy expert data of point-mass (its scripted reference controller), 12 episodes of 200 steps."""
+    env = EnvConfig("point-mass", num_envs=6, backend="mujoco", overrides={"episode_length": 200})
+    data = collect(CollectConfig(env=env, kind="expert", policy="reference", noise=0.3, episodes=12, progress=False,
+                                 ref_episodes=6))
+    return save_dataset(data, tmp_path_factory.mktemp("data") / "point-mass-expert-v0", "robolearn")
+
+
+def rows(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_bc_learns_and_writes_the_online_outputs(dataset, tmp_path):
+    """BC on noisy expert data scores near the expert, with env= taken from the dataset's task."""
+    run = tmp_path / "bc"
+    assert main(["train", "algo=bc", f"dataset={dataset}", "+env.overrides.episode_length=200", f"run_dir={run}",
+                 "algo.gradient_steps=400", *SHORT]) == 0
+    metrics = rows(run)
+    assert [r["gradient_steps"] for r in metrics] == list(range(20, 420, 20))
+    evals = [r for r in metrics if "eval/return" in r]
+    assert [r["gradient_steps"] for r in evals] == list(range(40, 440, 40))
+    assert evals[-1]["eval/normalized_score"] > 50  # random 0 .. expert 100 (the dataset's reference returns)
+    assert (run / "learning_curve.png").is_file() and any((run / "tensorboard").iterdir())
+    policy = load_policy(run / "checkpoints" / "final")
+    assert policy.run["env"]["name"] == "point-mass" and policy({"policy": torch.zeros(2, 4)}).shape == (2, 2)
+
+
+@pytest.mark.parametrize("algo", ["iql", "td3_bc"])
+def test_resume_is_exact(dataset, tmp_path, algo):
+    """6 iterations straight == 3, then resumed to 6: the same networks and the same metrics."""
+    common = ["+env.overrides.episode_length=200", f"algo={algo}", f"dataset={dataset}", *SHORT,
+              "algo.actor_hidden=[32,32]", "algo.critic_hidden=[32,32]", "checkpoint_interval=1"]
+    if algo == "iql":
+        common.append("algo.value_hidden=[32,32]")
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    assert main(["train", *common, f"run_dir={straight}", "iterations=6"]) == 0
+    assert main(["train", *common, f"run_dir={split}", "iterations=3"]) == 0
+    assert main(["train", f"resume={split}", "iterations=6"]) == 0
+    _, a = checkpoint.load(straight / "checkpoints" / "final")
+    _, b = checkpoint.load(split / "checkpoints" / "final")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    drop = ("wall_s", "updates_per_s", "eval/seconds")
+    clean = lambda rs: [{k: v for k, v in r.items() if k not in drop} for r in rs]  # noqa: E731
+    a, b = clean(rows(straight)), clean(rows(split))
+    assert "eval/return" not in a[2] and "eval/return" in b[2]  # the split run also evaluated where it stopped
+    b[2] = {k: v for k, v in b[2].items() if not k.startswith("eval/")}
+    assert a == b
+
+
+def test_dataset_errors(dataset, capsys):
+    assert main(["train", "algo=iql", f"dataset={dataset}", "env=pendulum-swingup", *SHORT]) == 2
+    assert "collected on point-mass, not pendulum-swingup" in capsys.readouterr().err
+    assert main(["train", "algo=iql", *SHORT]) == 2
+    assert "needs dataset=" in capsys.readouterr().err
+    assert main(["train", "algo=sac", f"dataset={dataset}", *SHORT[-2:]]) == 2
+    assert "is online" in capsys.readouterr().err
+    assert main(["train", "algo=bc", "dataset=no-such-dataset", *SHORT]) == 2
+    assert "not found" in capsys.readouterr().err
