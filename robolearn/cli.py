@@ -6,6 +6,7 @@
     robolearn render checkpoint=runs/<run>/checkpoints/final out=policy.mp4
     robolearn render env=pendulum-swingup           # a random policy
     robolearn tasks verbose=true
+    robolearn bench suite=smoke                     # algorithms x datasets x seeds -> bench/smoke/report.md
 
 The ROS 2 bridge (`real/`) adds:
 
@@ -55,6 +56,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "render": ("robolearn.evaluate:cmd_render", "robolearn.evaluate:RenderConfig"),
     "tasks": ("robolearn.cli:cmd_tasks", "robolearn.cli:TasksConfig"),
     "collect": ("robolearn.collect:cmd_collect", "robolearn.collect:CollectConfig"),
+    "bench": ("robolearn.bench:cmd_bench", "robolearn.bench:BenchConfig"),
     "deploy": ("real.deploy:cmd_deploy", "real.deploy:DeployConfig"),
     "fake-robot": ("real.fake_robot:cmd_fake_robot", "real.fake_robot:FakeRobotConfig"),
     "record": ("real.recorder:cmd_record", "real.recorder:RecordConfig"),
@@ -83,6 +85,10 @@ def run(name: str, overrides: list[str]) -> int:
     if name == "train":
         func(overrides)
         return 0
+    if name == "bench":  # `robolearn bench report ...`, `overrides=[a=1,b=2]`
+        from robolearn.bench import cli_args
+
+        overrides = cli_args(overrides)
     cfg = compose(name.replace("-", "_"), overrides, schema)
     try:
         options = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), cfg))

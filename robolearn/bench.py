@@ -1,0 +1,675 @@
+"""`robolearn bench`: a suite of training runs (algorithms x datasets x seeds) in parallel, resumable, with an
+rliable report.
+
+    robolearn bench suite=smoke                           # configs/bench/smoke.yaml -> bench/smoke/
+    robolearn bench suite=my_suite.yaml out=bench/mine workers=4 overrides='["algo.env_steps=5000"]'
+    robolearn bench suite=smoke backend=ray ray_address=auto   # cells as Ray tasks on a running cluster
+    robolearn bench report out=bench/smoke                # the report again, from the cell results
+
+A suite (`configs/bench/<name>.yaml`, or any YAML file) lists `algos` and `datasets`, each a name and a list of
+`robolearn train` overrides, the `seeds`, and shared `overrides`:
+
+    algos:
+      - {name: sac, overrides: [algo=sac]}
+      - {name: rlpd, overrides: [algo=rlpd]}
+    datasets:
+      - {name: cheetah-run-medium, overrides: [env=cheetah-run, algo.offline_data=data/cheetah-run-medium-v0]}
+    seeds: [0, 1, 2, 3, 4]
+    overrides: [algo.env_steps=100000]
+
+A cell is one `robolearn train` run with `video=false`, then the suite's shared overrides, the algorithm's, the
+dataset's and the command line's `overrides=` (a later one wins), then `seed=`, `run_dir=<out>/runs/<cell>` and
+`progress=false`. Cells run in worker processes (`backend=local`: a spawn process pool, `workers` of them, one
+per core by default, one torch thread each) or as Ray tasks (`backend=ray`: a local Ray instance, or the cluster
+at `ray_address`; `pip install 'robolearn[bench]'`). A cell that fails is recorded with its error; the others go
+on. Each finished cell writes `<out>/cells/<cell>.json` (its score, the curve of (step, score), wall time,
+error); running the same command again skips the cells that finished without error with the same overrides, and
+re-runs the others from scratch. Worker output goes to `<out>/logs/<cell>.log`.
+
+The score of a run is its last `eval/normalized_score` in `metrics.jsonl` (D4RL-style, 0 = random, 100 =
+reference), or else its last `mean_return` normalised the same way with the task's random and reference
+returns (`robolearn tasks`). The report (`<out>/report.md`, `results.json`, `aggregate.png`, `profile.png`)
+gives the mean +- std over seeds per algorithm and dataset, and per algorithm the IQM, median and mean over all
+datasets and seeds with 95% stratified-bootstrap confidence intervals and the performance profile (rliable).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import shutil
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from robolearn.errors import ConfigError
+
+BACKENDS = ("local", "ray")
+#: where a row of metrics.jsonl says how far training got, most specific first
+STEP_KEYS = ("step", "env_steps", "gradient_steps", "updates", "iteration")
+EVAL_KEY = "eval/normalized_score"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+
+@dataclasses.dataclass
+class BenchConfig:
+    """`robolearn bench`: run a suite of training cells (algorithms x datasets x seeds) and report on them."""
+
+    suite: str | None = None        # configs/bench/<suite>.yaml, or a YAML file's path
+    out: str | None = None          # null: bench/<suite>
+    overrides: list[str] = dataclasses.field(default_factory=list)  # train overrides for every cell (last word)
+    backend: str = "local"          # local (process pool) | ray
+    workers: int | None = None      # concurrent cells (local; ray: the CPUs of the instance started here); null:
+    #                                 one per core
+    ray_address: str | None = None  # backend=ray: a running cluster ("auto", "ray://host:10001"); null: start one
+    report_only: bool = False       # only write the report from <out>/cells (also `robolearn bench report`)
+    reps: int = 50000               # bootstrap resamples for the confidence intervals (rliable's default)
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"backend={self.backend!r}: use one of {list(BACKENDS)}")
+        if self.workers is not None and self.workers < 1:
+            raise ConfigError(f"workers={self.workers}: need at least 1 (null: one per core)")
+        if self.reps < 1:
+            raise ConfigError(f"reps={self.reps}: need at least 1")
+
+
+@dataclasses.dataclass
+class SuiteEntry:
+    """An algorithm or a dataset of a suite: its name (in cell names and the report) and its train overrides."""
+
+    name: str = "?"
+    overrides: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Suite:
+    """A suite file: what `robolearn bench` runs."""
+
+    algos: list[SuiteEntry] = dataclasses.field(default_factory=list)
+    datasets: list[SuiteEntry] = dataclasses.field(default_factory=list)
+    seeds: list[int] = dataclasses.field(default_factory=lambda: [0])
+    overrides: list[str] = dataclasses.field(default_factory=list)
+    description: str = ""
+
+
+@dataclasses.dataclass
+class Cell:
+    """One training run of the suite."""
+
+    id: str
+    algo: str
+    dataset: str
+    seed: int
+    overrides: list[str]            # the train overrides, without run_dir (compared on resume)
+    run_dir: str
+    cwd: str                        # the directory relative paths in the overrides are relative to
+    log: str
+
+    def train_args(self) -> list[str]:
+        return [*self.overrides, f"run_dir={self.run_dir}"]
+
+
+# --- the suite ---------------------------------------------------------------------------------------------------
+
+def suite_path(suite: str) -> Path:
+    """A suite's file: a path to a YAML file, or the name of one in configs/bench/."""
+    from robolearn.config import config_dir
+
+    path = Path(suite).expanduser()
+    if path.suffix in (".yaml", ".yml") or path.is_file():
+        if not path.is_file():
+            raise ConfigError(f"suite file {path} does not exist")
+        return path
+    named = config_dir() / "bench" / f"{suite}.yaml"
+    if not named.is_file():
+        known = sorted(p.stem for p in (config_dir() / "bench").glob("*.yaml"))
+        raise ConfigError(f"no suite {suite!r}: give a YAML file or one of {known} (configs/bench/)")
+    return named
+
+
+def load_suite(path: str | Path) -> Suite:
+    """The suite in a YAML file, checked: names unique and file-name safe, at least one algo, dataset and seed."""
+    import yaml
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"cannot read suite {path}: {e}") from e
+    if not isinstance(raw, dict):
+        raise ConfigError(f"suite {path}: expected a mapping with algos, datasets, seeds, overrides")
+    try:
+        suite: Suite = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Suite), raw))
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"suite {path}: {str(e).splitlines()[0]} (keys: algos, datasets, seeds, overrides, "
+                          f"description; an entry is {{name: ..., overrides: [...]}})") from e
+    for kind in ("algos", "datasets"):
+        entries = getattr(suite, kind)
+        if not entries:
+            raise ConfigError(f"suite {path} has no {kind}")
+        names = [e.name for e in entries]
+        bad = [n for n in names if not _NAME.match(n) or "__" in n]
+        if bad:
+            raise ConfigError(f"suite {path}: {kind} names {bad} must be letters, digits, '.', '_', '+', '-' "
+                              "(no '__'): they name files")
+        if len(set(names)) != len(names):
+            raise ConfigError(f"suite {path}: duplicate {kind} names {sorted(n for n in names if names.count(n) > 1)}")
+    if not suite.seeds or len(set(suite.seeds)) != len(suite.seeds):
+        raise ConfigError(f"suite {path}: seeds must be a non-empty list of distinct integers, got {suite.seeds}")
+    return suite
+
+
+def plan(suite: Suite, out: Path, overrides: Sequence[str] = ()) -> list[Cell]:
+    """Every cell of the suite, algorithm-major."""
+    out = out.resolve()
+    cells = []
+    for algo in suite.algos:
+        for data in suite.datasets:
+            for seed in suite.seeds:
+                cell_id = f"{algo.name}__{data.name}__seed{seed}"
+                args = ["video=false", *suite.overrides, *algo.overrides, *data.overrides, *overrides,
+                        f"seed={seed}", "progress=false"]
+                cells.append(Cell(cell_id, algo.name, data.name, int(seed), args, str(out / "runs" / cell_id),
+                                  str(Path.cwd()), str(out / "logs" / f"{cell_id}.log")))
+    return cells
+
+
+# --- one cell (in a worker) --------------------------------------------------------------------------------------
+
+def run_cell(cell: Cell) -> dict[str, Any]:
+    """Train one cell in this (worker) process and read its score; a failure is returned as the error text."""
+    _worker_setup()
+    start = time.time()
+    error = None
+    with contextlib.suppress(OSError):
+        if Path(cell.cwd).is_dir():
+            os.chdir(cell.cwd)
+    Path(cell.log).parent.mkdir(parents=True, exist_ok=True)
+    with _output_to(cell.log):
+        try:
+            from robolearn.train import train
+
+            train(cell.train_args())
+        except Exception:
+            error = traceback.format_exc()
+            print(error, file=sys.stderr)
+    return cell_result(cell, error=error, wall_s=time.time() - start)
+
+
+def cell_result(cell: Cell, error: str | None = None, wall_s: float = 0.0) -> dict[str, Any]:
+    """The record of a cell: its identity, then its score and curve read from its run directory."""
+    record: dict[str, Any] = {"id": cell.id, "algo": cell.algo, "dataset": cell.dataset, "seed": cell.seed,
+                              "score": None, "curve": [], "source": None, "task": None, "wall_s": round(wall_s, 3),
+                              "error": error, "run_dir": cell.run_dir, "overrides": cell.overrides,
+                              "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    if error is None:
+        try:
+            record.update(read_score(cell.run_dir))
+        except Exception as e:  # any reason (no metrics, an unknown task) is the cell's error
+            record["error"] = f"{type(e).__name__}: {e}"
+    return record
+
+
+def read_score(run_dir: str | Path) -> dict[str, Any]:
+    """A run's normalised score: the last `eval/normalized_score` of metrics.jsonl, or else the last `mean_return`
+    normalised with the task's random and reference returns; with the curve of (step, score) it comes from."""
+    run_dir = Path(run_dir)
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.is_file():
+        raise ConfigError(f"{metrics} does not exist")
+    rows = []
+    for line in metrics.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):  # a half-written last line
+            rows.append(json.loads(line))
+    config = run_dir / "config.yaml"
+    task = (json.loads(config.read_text()).get("env") or {}).get("name") if config.is_file() else None
+    scored = [r for r in rows if _finite(r.get(EVAL_KEY))]
+    if scored:
+        curve = [(_step(r), float(r[EVAL_KEY])) for r in scored]
+        source = EVAL_KEY
+    else:
+        returns = [r for r in rows if _finite(r.get("mean_return"))]
+        if not returns:
+            raise ConfigError(f"{metrics} has neither {EVAL_KEY} nor a mean_return (no finished episode)")
+        if task is None:
+            raise ConfigError(f"{config} names no task (env.name) to normalise mean_return with")
+        from sim.tasks import spec
+
+        ref = spec(task)
+        span = ref.reference_return - ref.random_return
+        if span == 0:
+            raise ConfigError(f"task {task} has no reference return to normalise mean_return with")
+        curve = [(_step(r), 100.0 * (float(r["mean_return"]) - ref.random_return) / span) for r in returns]
+        source = "mean_return"
+    return {"score": curve[-1][1], "curve": [list(p) for p in curve], "source": source, "task": task}
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and x == x and abs(x) != float("inf")
+
+
+def _step(row: dict[str, Any]) -> int | float:
+    for key in STEP_KEYS:
+        if _finite(row.get(key)) and row[key] > 0:
+            return row[key]
+    return 0
+
+
+def _worker_setup() -> None:
+    """One thread per worker (the cores are shared by the cells), and no JAX grabbing most of a GPU per process."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+
+
+@contextlib.contextmanager
+def _output_to(path: str) -> Iterator[None]:
+    """stdout and stderr of this process (Python's and C's) appended to `path` meanwhile."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "a") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+# --- running a suite ---------------------------------------------------------------------------------------------
+
+def cmd_bench(cfg: BenchConfig) -> int:
+    """Run a benchmark suite (algorithms x datasets x seeds) in parallel; resumable; writes an rliable report.
+
+    robolearn bench suite=smoke                      # configs/bench/smoke.yaml -> bench/smoke/report.md
+    robolearn bench suite=smoke backend=ray          # the cells as Ray tasks
+    robolearn bench report out=bench/smoke           # the report again from <out>/cells
+
+    A suite (configs/bench/: smoke, prior-data; or a YAML file) lists algos and datasets (each a name and train
+    overrides), seeds and shared overrides; see robolearn/bench.py and the README's "Benchmarks" section.
+    """
+    if cfg.report_only:
+        if cfg.out is None and cfg.suite is None:
+            raise ConfigError("`robolearn bench report` needs out=<bench folder> (or suite=)")
+        out = Path(cfg.out or f"bench/{suite_path(cfg.suite).stem}")
+        paths = write_report(out, reps=cfg.reps)
+        print(f"report: {paths['report']}")
+        return 0
+    run_suite(cfg)
+    return 0
+
+
+def run_suite(cfg: BenchConfig) -> Path:
+    """Run the cells of `cfg.suite` that have no result yet, then write the report; returns the output folder."""
+    if cfg.suite is None:
+        raise ConfigError("which suite? suite=<name in configs/bench/ or a YAML file>")
+    path = suite_path(cfg.suite)
+    suite = load_suite(path)
+    out = Path(cfg.out or f"bench/{path.stem}")
+    cells = plan(suite, out, cfg.overrides)
+    (out / "cells").mkdir(parents=True, exist_ok=True)
+    _write_json(out / "bench.json", {"suite": str(path), "name": path.stem, "overrides": list(cfg.overrides),
+                                     "algos": [a.name for a in suite.algos],
+                                     "datasets": [d.name for d in suite.datasets], "seeds": list(suite.seeds),
+                                     "description": suite.description, "cells": [c.id for c in cells]})
+    pending = [c for c in cells if not _finished(out, c)]
+    workers = cfg.workers or _cores()
+    print(f"bench {path.stem}: {len(cells)} cells ({len(suite.algos)} algos x {len(suite.datasets)} datasets x "
+          f"{len(suite.seeds)} seeds), {len(cells) - len(pending)} done, {len(pending)} to run on {cfg.backend}"
+          + (f" ({min(workers, len(pending))} workers)" if cfg.backend == "local" and pending else "")
+          + f"; output in {out}", flush=True)
+    for cell in pending:
+        if Path(cell.run_dir).exists():  # an unfinished or failed run: start it over
+            shutil.rmtree(cell.run_dir)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(cell.log)
+    done = 0
+
+    def finished(result: dict[str, Any]) -> None:
+        nonlocal done
+        done += 1
+        _write_json(out / "cells" / f"{result['id']}.json", result)
+        if result["error"]:
+            what = f"FAILED: {result['error'].strip().splitlines()[-1]} (log: {_cell(cells, result['id']).log})"
+        else:
+            what = f"score {result['score']:.1f} ({result['source']})"
+        print(f"[{done}/{len(pending)}] {result['id']}: {what}, {result['wall_s']:.0f} s", flush=True)
+
+    if pending:
+        if cfg.backend == "ray":
+            run_ray(pending, finished, address=cfg.ray_address, num_cpus=cfg.workers)
+        else:
+            run_local(pending, finished, workers=workers)
+    paths = write_report(out, reps=cfg.reps)
+    print(f"report: {paths['report']}")
+    return out
+
+
+def run_local(cells: Sequence[Cell], done: Callable[[dict[str, Any]], None], workers: int) -> None:
+    """The cells in a pool of spawned worker processes; `done(result)` as each finishes. A cell whose worker
+    process dies (a crash, the OOM killer) breaks the pool: the cells it took with it run again in a fresh pool,
+    twice at most."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    context = multiprocessing.get_context("spawn")
+    attempts = dict.fromkeys((c.id for c in cells), 0)
+    todo = list(cells)
+    while todo:
+        retry = []
+        pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=context)
+        try:
+            futures = {pool.submit(run_cell, cell): cell for cell in todo}
+            for future in as_completed(futures):
+                cell = futures[future]
+                try:
+                    result = future.result()
+                except BrokenProcessPool as e:
+                    attempts[cell.id] += 1
+                    if attempts[cell.id] < 2:
+                        retry.append(cell)
+                        continue
+                    result = cell_result(cell, error=f"the worker process died: {e}")
+                except Exception:
+                    result = cell_result(cell, error=traceback.format_exc())
+                done(result)
+        except BaseException:  # interrupted (Ctrl-C): stop the running cells now rather than wait for them
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        todo = retry
+
+
+def run_ray(cells: Sequence[Cell], done: Callable[[dict[str, Any]], None], address: str | None = None,
+            num_cpus: int | None = None) -> None:
+    """The cells as Ray tasks (one CPU each) on the Ray instance this process is connected to, else the cluster at
+    `address`, else a local instance started (and stopped) here; `done(result)` as each finishes."""
+    try:
+        import ray
+    except ImportError as e:
+        raise ConfigError("backend=ray needs Ray: pip install 'robolearn[bench]' (or pip install ray)") from e
+    started = False
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address)
+        else:
+            ray.init(num_cpus=num_cpus or _cores(), include_dashboard=False)
+        started = True
+    try:
+        task = ray.remote(num_cpus=1)(run_cell)
+        refs = {task.remote(cell): cell for cell in cells}
+        while refs:
+            ready, _ = ray.wait(list(refs), num_returns=1)
+            for ref in ready:
+                cell = refs.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except Exception:
+                    result = cell_result(cell, error=traceback.format_exc())
+                done(result)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _finished(out: Path, cell: Cell) -> bool:
+    """Whether the cell has a result without error, for the same overrides."""
+    try:
+        record = json.loads((out / "cells" / f"{cell.id}.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return not record.get("error") and record.get("overrides") == cell.overrides
+
+
+def _cell(cells: Sequence[Cell], cell_id: str) -> Cell:
+    return next(c for c in cells if c.id == cell_id)
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _write_json(path: Path, data: Any) -> None:
+    """`data` as JSON at `path`, atomically (a temporary file beside it, renamed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+# --- the report --------------------------------------------------------------------------------------------------
+
+def load_cells(out: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The cell records of a bench folder (those of its suite, in its order, when bench.json says which) and the
+    folder's bench.json (empty if none)."""
+    out = Path(out)
+    records = {}
+    for path in sorted((out / "cells").glob("*.json")):
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            record = json.loads(path.read_text())
+            records[record["id"]] = record
+    try:
+        meta = json.loads((out / "bench.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        meta = {}
+    if meta.get("cells"):
+        return [records[i] for i in meta["cells"] if i in records], meta
+    return list(records.values()), meta
+
+
+def score_table(cells: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """algo -> dataset -> the scores of its cells that finished (seed order)."""
+    table: dict[str, dict[str, list[float]]] = {}
+    for cell in sorted(cells, key=lambda c: c["seed"]):
+        row = table.setdefault(cell["algo"], {}).setdefault(cell["dataset"], [])
+        if not cell.get("error") and cell.get("score") is not None:
+            row.append(float(cell["score"]))
+    return table
+
+
+def score_matrices(table: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+    """algo -> its (runs x datasets) score matrix, as rliable takes it: the datasets with a score, each with as
+    many runs as the one with fewest (a failed seed drops that many runs from the others, latest seeds first)."""
+    import numpy as np
+
+    matrices = {}
+    for algo, by_dataset in table.items():
+        columns = [scores for scores in by_dataset.values() if scores]
+        if columns:
+            runs = min(len(c) for c in columns)
+            matrices[algo] = np.array([c[:runs] for c in columns], dtype=float).T
+    return matrices
+
+
+def aggregate(matrices: dict[str, Any], reps: int = 50000, seed: int = 0) -> dict[str, dict[str, list[float]]]:
+    """algo -> {"iqm" | "median" | "mean": [point, ci_low, ci_high]} with 95% stratified-bootstrap CIs (rliable)."""
+    import numpy as np
+    from rliable import library as rly
+    from rliable import metrics
+
+    if not matrices:
+        return {}
+
+    def func(x):
+        return np.array([metrics.aggregate_iqm(x), metrics.aggregate_median(x), metrics.aggregate_mean(x)])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # arch: random_state -> generator
+        points, intervals = rly.get_interval_estimates(matrices, func, reps=reps,
+                                                       random_state=np.random.RandomState(seed))
+    return {algo: {name: [float(points[algo][i]), float(intervals[algo][0][i]), float(intervals[algo][1][i])]
+                   for i, name in enumerate(("iqm", "median", "mean"))} for algo in matrices}
+
+
+def write_report(out: str | Path, reps: int = 50000) -> dict[str, Path]:
+    """report.md, results.json, aggregate.png and profile.png in `out` from its cell records."""
+    import numpy as np
+
+    out = Path(out)
+    cells, meta = load_cells(out)
+    if not cells and not meta:
+        raise ConfigError(f"{out} has no cell results (<out>/cells/*.json): nothing to report")
+    algos = meta.get("algos") or list(dict.fromkeys(c["algo"] for c in cells))
+    datasets = meta.get("datasets") or list(dict.fromkeys(c["dataset"] for c in cells))
+    table = score_table(cells)
+    matrices = score_matrices(table)
+    stats = aggregate(matrices, reps=reps)
+    failed = [c for c in cells if c.get("error")]
+    missing = [i for i in meta.get("cells", []) if i not in {c["id"] for c in cells}]
+    per_cell: dict[str, dict[str, dict[str, Any]]] = {}
+    for algo in algos:
+        for data in datasets:
+            scores = table.get(algo, {}).get(data, [])
+            runs = sum(1 for c in cells if c["algo"] == algo and c["dataset"] == data)
+            per_cell.setdefault(algo, {})[data] = {
+                "mean": float(np.mean(scores)) if scores else None, "std": float(np.std(scores)) if scores else None,
+                "n": len(scores), "runs": runs}
+    paths = {"report": out / "report.md", "results": out / "results.json", "aggregate": out / "aggregate.png",
+             "profile": out / "profile.png"}
+    _write_json(paths["results"], {"suite": meta.get("name"), "algos": algos, "datasets": datasets,
+                                   "scores": per_cell, "aggregates": stats, "reps": reps,
+                                   "runs_per_dataset": {a: int(m.shape[0]) for a, m in matrices.items()},
+                                   "cells": cells})
+    if matrices:
+        _plot_aggregates(stats, paths["aggregate"])
+        _plot_profile(matrices, paths["profile"], reps=min(reps, 2000))
+    else:
+        for key in ("aggregate", "profile"):
+            paths[key].unlink(missing_ok=True)
+
+    def fmt(m: dict[str, Any]) -> str:
+        if m["n"] == 0:
+            return "failed" if m["runs"] else "-"
+        text = f"{m['mean']:.1f} ± {m['std']:.1f}"
+        return text + (f" ({m['n']}/{m['runs']})" if m["n"] < m["runs"] else "")
+
+    name = meta.get("name") or out.name
+    lines = [f"# Benchmark: {name}", ""]
+    if meta.get("description"):
+        lines += [meta["description"].strip(), ""]
+    lines += [f"{len(cells) - len(failed)} cells finished, {len(failed)} failed"
+              + (f", {len(missing)} not run yet" if missing else "")
+              + (f"; command-line overrides {meta['overrides']}" if meta.get("overrides") else "") + ".",
+              "",
+              "Scores are normalised: 0 = random actions, 100 = the reference (the final `eval/normalized_score`, "
+              "or the final `mean_return` scaled by the task's random and reference returns).", "",
+              "## Normalised score per dataset (mean ± std over seeds; (n/N): seeds that finished)", "",
+              "| algo | " + " | ".join(datasets) + " |", "|---|" + "---|" * len(datasets)]
+    lines += [f"| {algo} | " + " | ".join(fmt(per_cell[algo][d]) for d in datasets) + " |" for algo in algos]
+    lines += ["", f"## Aggregates over datasets and seeds (95% stratified-bootstrap CIs, {reps} resamples, rliable)",
+              "", "| algo | IQM | median | mean | runs x datasets |", "|---|---|---|---|---|"]
+    for algo in algos:
+        if algo in stats:
+            cols = [f"{p:.1f} [{lo:.1f}, {hi:.1f}]" for p, lo, hi in (stats[algo][k] for k in ("iqm", "median",
+                                                                                               "mean"))]
+            shape = matrices[algo].shape
+            lines.append(f"| {algo} | " + " | ".join(cols) + f" | {shape[0]} x {shape[1]} |")
+        else:
+            lines.append(f"| {algo} | - | - | - | no finished cell |")
+    if matrices:
+        lines += ["", "![aggregates](aggregate.png)", "", "![performance profile](profile.png)"]
+    if failed:
+        lines += ["", "## Failed cells", ""]
+        for c in failed:
+            last = c["error"].strip().splitlines()[-1] if c["error"].strip() else "?"
+            lines.append(f"- `{c['id']}`: {last}")
+    paths["report"].write_text("\n".join(lines) + "\n")
+    return paths
+
+
+def _plot_aggregates(stats: dict[str, dict[str, list[float]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from rliable import plot_utils
+
+    algos = list(stats)
+    points = {a: np.array([stats[a][k][0] for k in ("iqm", "median", "mean")]) for a in algos}
+    intervals = {a: np.array([[stats[a][k][1] for k in ("iqm", "median", "mean")],
+                              [stats[a][k][2] for k in ("iqm", "median", "mean")]]) for a in algos}
+    row_height = 0.37  # inches per algorithm (rliable's default); the x label goes below the tick labels
+    fig, _ = plot_utils.plot_interval_estimates(points, intervals, metric_names=["IQM", "Median", "Mean"],
+                                                algorithms=algos, xlabel="Normalized score", row_height=row_height,
+                                                xlabel_y_coordinate=-0.5 / (row_height * len(algos)))
+    fig.savefig(path, bbox_inches="tight", dpi=100)
+    plt.close(fig)
+
+
+def _plot_profile(matrices: dict[str, Any], path: Path, reps: int = 2000) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from rliable import library as rly
+    from rliable import plot_utils
+
+    top = max(100.0, max(float(np.max(m)) for m in matrices.values()))
+    low = min(0.0, min(float(np.min(m)) for m in matrices.values()))
+    taus = np.linspace(low, top, 101)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        profiles, cis = rly.create_performance_profile(matrices, taus, reps=reps)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    plot_utils.plot_performance_profiles(profiles, taus, performance_profile_cis=cis, ax=ax,
+                                         xlabel=r"Normalized score ($\tau$)")
+    ax.legend(loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def cli_args(args: Sequence[str]) -> list[str]:
+    """`robolearn bench` arguments as overrides: `report` is `report_only=true`, and `overrides=[a=1,b=2]` (Hydra's
+    grammar wants the items quoted) becomes `overrides=["a=1","b=2"]`."""
+    result = []
+    for i, arg in enumerate(args):
+        if arg == "report" and i == 0:
+            result.append("report_only=true")
+        elif arg.startswith("overrides=[") and arg.endswith("]") and not re.search(r"[\[,]\s*[\"']", arg):
+            result.append("overrides=[" + ",".join(json.dumps(x) for x in _split_top(arg[11:-1])) + "]")
+        else:
+            result.append(arg)
+    return result
+
+
+def _split_top(text: str) -> list[str]:
+    """`a=1,b=[2,3]` -> ["a=1", "b=[2,3]"]: commas outside brackets."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch in "[{("
+        depth -= ch in "]})"
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        parts.append(current.strip())
+    return parts

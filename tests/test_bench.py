@@ -1,0 +1,218 @@
+"""`robolearn bench`: suites of real (tiny) training cells on the process pool and on Ray, resume, failures, and
+the score extraction and rliable aggregation on synthetic cell results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from robolearn.bench import (
+    BenchConfig,
+    aggregate,
+    cli_args,
+    load_suite,
+    plan,
+    read_score,
+    run_ray,
+    run_suite,
+    score_matrices,
+    score_table,
+    suite_path,
+)
+from robolearn.cli import main
+from robolearn.config import compose
+from robolearn.errors import ConfigError
+from sim.tasks import spec
+
+# PPO on pendulum-swingup, 2 iterations of 4 envs x 16 steps, 16-step episodes: a cell trains in about a second
+TINY = ["iterations=2", "env.num_envs=4", "algo.num_steps=16", "+env.overrides.episode_length=16",
+        "checkpoint_interval=100"]
+
+
+def _suite(path: Path, algos: list[dict], seeds: list[int]) -> Path:
+    datasets = [{"name": "pendulum", "overrides": ["env=pendulum-swingup"]}]
+    path.write_text(json.dumps({"algos": algos, "datasets": datasets, "seeds": seeds, "overrides": TINY}))  # YAML
+    return path
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    """2 algorithms (and one whose override is bad) x 1 dataset x 2 seeds on the local pool, 2 workers."""
+    tmp = tmp_path_factory.mktemp("bench")
+    suite = _suite(tmp / "tiny.yaml", [{"name": "ppo", "overrides": ["algo=ppo"]},
+                                       {"name": "ppo-lr", "overrides": ["algo=ppo", "algo.learning_rate=0.003"]},
+                                       {"name": "broken", "overrides": ["algo=ppo", "algo.no_such_key=1"]}], [0, 1])
+    out = tmp / "out"
+    run_suite(BenchConfig(suite=str(suite), out=str(out), workers=2, reps=200))
+    return suite, out
+
+
+def test_local_pool_runs_the_suite_and_reports(local_run):
+    _, out = local_run
+    cells = {p.stem: json.loads(p.read_text()) for p in (out / "cells").glob("*.json")}
+    good = [f"{a}__pendulum__seed{s}" for a in ("ppo", "ppo-lr") for s in (0, 1)]
+    assert sorted(cells) == sorted(good + ["broken__pendulum__seed0", "broken__pendulum__seed1"])
+    for name in good:
+        cell = cells[name]
+        assert cell["error"] is None and cell["source"] == "mean_return" and cell["task"] == "pendulum-swingup"
+        assert np.isfinite(cell["score"]) and cell["curve"][-1][1] == cell["score"] and cell["wall_s"] > 0
+        assert cell["curve"][-1][0] == 2 * 4 * 16  # env steps of the last iteration
+        assert (Path(cell["run_dir"]) / "checkpoints" / "final").is_dir()
+        assert "seed=" + name[-1] in cell["overrides"]
+    # the failing cell is recorded with its error; the others finished
+    broken = cells["broken__pendulum__seed0"]
+    assert "no_such_key" in broken["error"] and broken["score"] is None
+    assert "no_such_key" in (out / "logs" / "broken__pendulum__seed0.log").read_text()
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["algos"] == ["ppo", "ppo-lr", "broken"] and len(results["cells"]) == 6
+    for algo in ("ppo", "ppo-lr"):
+        scores = [cells[f"{algo}__pendulum__seed{s}"]["score"] for s in (0, 1)]
+        assert results["scores"][algo]["pendulum"]["mean"] == pytest.approx(np.mean(scores))
+        iqm, low, high = results["aggregates"][algo]["iqm"]
+        assert low <= iqm <= high and iqm == pytest.approx(np.mean(scores))  # IQM of 2 runs: their mean
+    assert "broken" not in results["aggregates"] and results["scores"]["broken"]["pendulum"]["n"] == 0
+    report = (out / "report.md").read_text()
+    assert "| ppo |" in report and "| broken | failed |" in report and "IQM" in report and "no_such_key" in report
+    for png in ("aggregate.png", "profile.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_resume_runs_only_the_unfinished_cells_as_ray_tasks(local_run):
+    """The re-run goes to Ray (a local instance the test starts), so one run covers both resume and the Ray
+    backend; without Ray installed (it is in the dev extra) it resumes on the local pool."""
+    try:
+        import ray
+    except ImportError:
+        ray = None
+    suite, out = local_run
+    before = {p.stem: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json")}
+    redo = "ppo-lr__pendulum__seed1"
+    (out / "cells" / f"{redo}.json").unlink()
+    (out / "runs" / redo / "stale").write_text("left by an interrupted run")
+    if ray is not None:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        backend = "ray" if ray is not None else "local"
+        assert main(["bench", f"suite={suite}", f"out={out}", f"backend={backend}", "reps=100"]) == 0
+    finally:
+        if ray is not None:
+            ray.shutdown()
+    after = {p.stem: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json")}
+    rerun = {name for name in after if after[name] != before.get(name)}
+    assert rerun == {redo, "broken__pendulum__seed0", "broken__pendulum__seed1"}  # failed cells run again too
+    assert not (out / "runs" / redo / "stale").exists()  # the unfinished run started over
+    cell = json.loads((out / "cells" / f"{redo}.json").read_text())
+    assert cell["error"] is None and np.isfinite(cell["score"])
+    broken = json.loads((out / "cells" / "broken__pendulum__seed1.json").read_text())
+    assert "no_such_key" in broken["error"]  # a failure inside a Ray task is recorded like a local one
+    results = json.loads((out / "results.json").read_text())
+    assert results["scores"]["ppo-lr"]["pendulum"]["n"] == 2 and "2 failed" in (out / "report.md").read_text()
+
+
+def test_ray_backend_without_ray_is_a_config_error(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray":
+            raise ImportError("No module named 'ray'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(ConfigError, match="pip install"):
+        run_ray([], lambda result: None)
+
+
+# --- without training ---------------------------------------------------------------------------------------------
+
+def _rows(path: Path, rows: list[dict]) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.yaml").write_text(json.dumps({"env": {"name": "pendulum-swingup"}}))
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"half a li')
+    return path
+
+
+def test_score_is_the_last_evaluation_else_the_normalised_return(tmp_path):
+    run = _rows(tmp_path / "eval", [{"step": 100, "eval/normalized_score": 10.0, "mean_return": 5.0},
+                                    {"step": 150, "mean_return": 7.0},
+                                    {"step": 200, "eval/normalized_score": 42.5}, {"step": 250, "mean_return": 9.0}])
+    assert read_score(run) == {"score": 42.5, "curve": [[100, 10.0], [200, 42.5]], "source": "eval/normalized_score",
+                               "task": "pendulum-swingup"}
+    ref = spec("pendulum-swingup")
+    run = _rows(tmp_path / "online", [{"env_steps": 64, "mean_return": None}, {"env_steps": 128, "mean_return": 30.0},
+                                      {"env_steps": 192, "mean_return": ref.reference_return}])
+    got = read_score(run)
+    assert got["source"] == "mean_return" and got["score"] == pytest.approx(100.0)
+    assert got["curve"][0] == [128, pytest.approx(100 * (30 - ref.random_return) /
+                                                  (ref.reference_return - ref.random_return))]
+    with pytest.raises(ConfigError, match="no finished episode"):
+        read_score(_rows(tmp_path / "none", [{"env_steps": 64, "mean_return": None}]))
+
+
+def _cell(algo: str, dataset: str, seed: int, score: float | None, error: str | None = None) -> dict:
+    return {"id": f"{algo}__{dataset}__seed{seed}", "algo": algo, "dataset": dataset, "seed": seed, "score": score,
+            "curve": [[1, score]], "source": "eval/normalized_score", "wall_s": 1.0, "error": error}
+
+
+def test_aggregates_match_hand_computed_values(tmp_path):
+    a = {"d1": [0.0, 10.0, 20.0], "d2": [30.0, 40.0, 100.0]}
+    cells = [_cell("a", d, s, x) for d, xs in a.items() for s, x in enumerate(xs)]
+    cells += [_cell("b", "d1", 0, 50.0), _cell("b", "d1", 1, 70.0), _cell("b", "d1", 2, None, "Boom"),
+              _cell("b", "d2", 0, 60.0), _cell("b", "d2", 1, 60.0), _cell("b", "d2", 2, 90.0)]
+    table = score_table(cells)
+    assert table == {"a": a, "b": {"d1": [50.0, 70.0], "d2": [60.0, 60.0, 90.0]}}
+    matrices = score_matrices(table)
+    assert matrices["a"].shape == (3, 2) and matrices["b"].tolist() == [[50.0, 60.0], [70.0, 60.0]]  # 2 runs each
+    stats = aggregate(matrices, reps=300)
+    # a: IQM of the 6 scores drops the lowest and the highest: mean(10, 20, 30, 40) = 25; the median is rliable's,
+    # over the datasets' means (10, 56.7); the mean 200 / 6
+    assert stats["a"]["iqm"][0] == pytest.approx(25.0) and stats["a"]["median"][0] == pytest.approx(200 / 6)
+    assert stats["a"]["mean"][0] == pytest.approx(200 / 6)
+    assert stats["b"]["iqm"][0] == pytest.approx(60.0) and stats["b"]["mean"][0] == pytest.approx(60.0)
+    for algo in stats:
+        for point, low, high in stats[algo].values():
+            assert low <= point <= high
+
+    out = tmp_path / "out"
+    for cell in cells:
+        (out / "cells").mkdir(parents=True, exist_ok=True)
+        (out / "cells" / f"{cell['id']}.json").write_text(json.dumps(cell))
+    assert main(["bench", "report", f"out={out}", "reps=300"]) == 0  # the report from the cell results alone
+    results = json.loads((out / "results.json").read_text())
+    assert results["scores"]["a"]["d2"] == {"mean": pytest.approx(170 / 3), "std": pytest.approx(np.std([30, 40, 100])),
+                                            "n": 3, "runs": 3}
+    assert results["scores"]["b"]["d1"]["n"] == 2 and results["runs_per_dataset"] == {"a": 3, "b": 2}
+    report = (out / "report.md").read_text()
+    assert "| a | 10.0 ± 8.2 | 56.7 ± 30.9 |" in report and "60.0 ± 10.0 (2/3)" in report
+    assert "25.0 [" in report and "`b__d1__seed2`: Boom" in report
+
+
+def test_suites_compose_and_bad_suites_are_errors(tmp_path):
+    for name in ("smoke", "prior-data"):
+        suite = load_suite(suite_path(name))
+        cells = plan(suite, tmp_path / name)
+        assert len(cells) == len(suite.algos) * len(suite.datasets) * len(suite.seeds)
+        for cell in cells[::len(suite.seeds)]:  # one seed of each algo x dataset
+            cfg = compose("train", cell.train_args())
+            assert cfg["video"] is False and cfg["progress"] is False and cfg["run_dir"] == cell.run_dir
+    # later overrides win: shared < algo < dataset < command line < seed
+    suite = load_suite(_suite(tmp_path / "s.yaml", [{"name": "x", "overrides": ["iterations=5"]}], [3]))
+    cfg = compose("train", plan(suite, tmp_path, ["algo.num_steps=8", "seed=9"])[0].train_args())
+    assert cfg["iterations"] == 5 and cfg["algo"]["num_steps"] == 8 and cfg["seed"] == 3
+    (tmp_path / "dup.yaml").write_text("algos: [{name: a}, {name: a}]\ndatasets: [{name: d}]\n")
+    with pytest.raises(ConfigError, match="duplicate algos"):
+        load_suite(tmp_path / "dup.yaml")
+    (tmp_path / "typo.yaml").write_text("algos: [{name: a}]\ndatasets: [{name: d}]\nseed: [1]\n")
+    with pytest.raises(ConfigError, match="seed"):
+        load_suite(tmp_path / "typo.yaml")
+    with pytest.raises(ConfigError, match="smoke"):
+        suite_path("no-such-suite")
+    assert cli_args(["report", "overrides=[a=1,b.c=[2,3]]", "x=1"]) == [
+        "report_only=true", 'overrides=["a=1","b.c=[2,3]"]', "x=1"]
+    assert compose("bench", cli_args(["overrides=[a=1,b.c=[2,3]]"]), BenchConfig)["overrides"] == ["a=1", "b.c=[2,3]"]
+    assert main(["bench", "backend=slurm", "suite=smoke"]) == 2
