@@ -1,0 +1,635 @@
+"""robolearn's offline algorithms (IQL, CQL, TD3+BC) against d3rlpy's, side by side on one dataset and machine.
+
+One robolearn dataset (default: 100 episodes of cheetah-run collected by the reference PPO policy, 100K
+transitions; `robolearn collect env=cheetah-run kind=expert policy=reference episodes=100 ...`) feeds both: robolearn
+samples it through `to_replay_buffer`, d3rlpy gets the same arrays (observations, actions, rewards, terminals,
+timeouts) through a temporary ``.npz`` (no pickle) built into a `d3rlpy.dataset.MDPDataset` (each timed-out episode
+carries its final observation as one extra row, so d3rlpy holds exactly the same transitions; see
+`benchmarks/dataset_io.py`). Same networks (2 hidden layers, 256 by default), batch 256, Adam, gamma 0.99, tau 0.005,
+no observation normalisation in either, and the same key hyperparameters:
+
+- IQL: expectile 0.7, beta (d3rlpy ``weight_temp``) 3, weights clipped at 100, lr 3e-4 everywhere, the actor's
+  cosine decay over 1M steps in both (robolearn ``actor_lr_decay_steps``, d3rlpy ``CosineAnnealingLRFactory``);
+- CQL: conservative weight 5 (robolearn ``cql_alpha`` 5 without Lagrange; d3rlpy ``conservative_weight`` 5 with
+  ``alpha_learning_rate`` 0, i.e. its Lagrange multiplier fixed at ``initial_alpha`` 1), 10 sampled actions of each
+  kind (random, pi(s), pi(s')) with importance sampling, learned SAC temperature; lr actor 1e-4, critic 3e-4,
+  temperature 1e-4 (d3rlpy's defaults; robolearn's preset has CORL's 3e-5);
+- TD3+BC: alpha 2.5, target smoothing 0.2 clipped at 0.5, actor every 2nd step, lr 3e-4.
+
+Both processes run ``torch.set_num_threads(1)`` (and one inter-op thread): single-thread CPU numbers.
+
+1. Gradient steps/s: a fixed number of updates after a warm-up, in interleaved rounds (median counts), each one
+   sampling its batch from its own library's buffer and taking one gradient step: robolearn
+   ``algo.update(buffer.sample(256, gen), gen)``; d3rlpy ``algo.update(dataset.sample_transition_batch(256))``.
+   That is exactly the inner loop of d3rlpy's ``fit`` without its per-step metric logging and progress bar, so
+   the direct loop is the fairer (if anything d3rlpy-favouring) choice; ``--time-fit`` also times ``fit`` itself.
+   Batch sampling alone is timed too (both libraries), to split sampling from the update.
+2. Final normalised score after ``--score-steps`` gradient steps per algorithm (default network 64x64 for the
+   scores, to fit a modest run on a CPU; ``--score-hidden 256 256`` for the paper networks): both policies are
+   evaluated by the same code in OUR simulator, ``sim.make(task, num_envs=episodes, backend="mujoco",
+   seed=...)``, deterministically (robolearn ``algo.act(..., deterministic=True)``, d3rlpy ``algo.predict(obs)``,
+   answered by the d3rlpy process over its pipe), normalised with the dataset's ``ref_min_score`` /
+   ``ref_max_score``. The two trainings of one algorithm run at the same time (one core each).
+3. Share of the CPU's matmul throughput: single-thread sgemm FLOP/s measured with torch (256x256 @ 256x256, and
+   batched [2, 256, 256] as the ensembles use), the FLOPs of one gradient step counted by
+   `torch.utils.flop_counter.FlopCounterMode` on a real update of each library (forward and backward matmuls as
+   executed, mean of two steps for TD3+BC's alternation), achieved FLOP/s = steps/s x FLOPs/step, reported as a
+   percentage of the measured peak. A `torch.profiler` summary of a few updates of each (top ops by self time, the
+   matmul share, op time against wall time) says where the rest goes.
+
+d3rlpy 2.8.1 pins gymnasium 1.0.0 (robolearn uses 1.4), so it lives in its own venv and this file runs its side
+in a subprocess of that interpreter (``--d3rlpy-worker``, one JSON command per line on stdin/stdout; it imports
+nothing of robolearn)::
+
+    python3.11 -m venv /tmp/d3venv && /tmp/d3venv/bin/pip install torch==2.13.0 d3rlpy==2.8.1
+    .venv/bin/robolearn collect env=cheetah-run kind=expert policy=reference episodes=100 env.num_envs=100 \\
+        out=/work/bench_data/cheetah-run-expert-v0 progress=false
+    .venv/bin/python benchmarks/offline_vs_d3rlpy.py --d3rlpy-python /tmp/d3venv/bin/python \\
+        --dataset /work/bench_data/cheetah-run-expert-v0
+
+Known differences that stay (each library's own design): d3rlpy's IQL actor has a state-independent log-std and
+fits its critics and value with one optimizer (robolearn: a state-dependent log-std head, separate optimizers);
+d3rlpy's IQL re-evaluates Q'(s, a) and V(s) for the actor's weights (robolearn reuses the value step's
+advantages); d3rlpy's CQL backs up Q' at the policy's mean action at s' (robolearn samples it, as CORL); d3rlpy
+keeps its ensembles as lists of networks (robolearn: one batched ensemble per critic set). The FLOP counts are
+each library's own, so these differences show up there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESULTS = Path(__file__).parent / "results"
+BATCH = 256
+ALGOS = ("iql", "cql", "td3_bc")
+NAMES = {"iql": "IQL", "cql": "CQL", "td3_bc": "TD3+BC"}
+MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm"}
+D3RLPY_ARRAYS = ("observations", "actions", "rewards", "terminals", "timeouts")
+
+
+# --- shared by both processes (numpy and torch only) ------------------------------------------------------------
+
+def single_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set (only possible before any parallel work)
+        pass
+
+
+def sgemm_gflops(seconds: float = 1.0) -> dict[str, float]:
+    """Single-thread fp32 matmul throughput, GFLOP/s: the best of 3 timings of each shape (~`seconds` each)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    out = {}
+    for name, shape in (("mm 256x256 @ 256x256", (256, 256)), ("bmm [2,256,256] @ [2,256,256]", (2, 256, 256))):
+        a, b = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+        flops = 2 * 256**3 * (shape[0] if len(shape) == 3 else 1)
+        fn = torch.bmm if len(shape) == 3 else torch.mm
+        for _ in range(20):
+            fn(a, b)
+        start = time.perf_counter()
+        n = 0
+        while time.perf_counter() - start < seconds / 10:
+            fn(a, b)
+            n += 1
+        reps = max(n * 3, 10)
+        best = 0.0
+        for _ in range(3):
+            start = time.perf_counter()
+            for _ in range(reps):
+                fn(a, b)
+            best = max(best, reps * flops / (time.perf_counter() - start) / 1e9)
+        out[name] = best
+    return out
+
+
+def count_flops(update: Any, steps: int = 2) -> dict[str, float]:
+    """Matmul FLOPs of `steps` calls of `update()` (forward and backward as executed), per step, and by op."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        for _ in range(steps):
+            update()
+    by_op = {str(k): v / steps for k, v in counter.get_flop_counts().get("Global", {}).items()}
+    return {"flops_per_step": counter.get_total_flops() / steps, "by_op": by_op}
+
+
+def profile_summary(step: Any, n: int, top: int = 10) -> dict[str, Any]:
+    """torch.profiler over `n` calls of `step()`: top ops by self CPU time per step, the matmul share of op time,
+    op time against wall time (the rest: Python and framework code between ops)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        for _ in range(n):
+            step()
+        wall = time.perf_counter() - start
+    events = list(prof.key_averages())
+    total = sum(e.self_cpu_time_total for e in events)
+    matmul = sum(e.self_cpu_time_total for e in events if e.key in MATMUL_OPS)
+    rows = [{"op": e.key, "self_ms_per_step": e.self_cpu_time_total / 1e3 / n, "share_of_op_time":
+             e.self_cpu_time_total / total, "calls_per_step": e.count / n}
+            for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:top]]
+    return {"steps": n, "wall_ms_per_step_profiled": wall * 1e3 / n, "op_ms_per_step": total / 1e3 / n,
+            "op_time_share_of_wall": total / 1e6 / wall, "matmul_share_of_op_time": matmul / total,
+            "ops_per_step": sum(e.count for e in events) / n, "top_ops": rows}
+
+
+def timed_loop(fn: Any, n: int) -> float:
+    gc.collect()
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return time.perf_counter() - start
+
+
+# --- the d3rlpy side: runs under the d3rlpy venv's interpreter, imports nothing of robolearn -------------------
+
+def d3rlpy_config(algo: str, hidden: list[int]) -> Any:
+    import d3rlpy
+    from d3rlpy.models.encoders import VectorEncoderFactory
+    from d3rlpy.optimizers import AdamFactory, CosineAnnealingLRFactory
+
+    enc = VectorEncoderFactory(hidden_units=list(hidden))
+    if algo == "iql":
+        return d3rlpy.algos.IQLConfig(
+            actor_encoder_factory=enc, critic_encoder_factory=enc, value_encoder_factory=enc, batch_size=BATCH,
+            gamma=0.99, tau=0.005, n_critics=2, expectile=0.7, weight_temp=3.0, max_weight=100.0,
+            actor_learning_rate=3e-4, critic_learning_rate=3e-4,
+            actor_optim_factory=AdamFactory(lr_scheduler_factory=CosineAnnealingLRFactory(T_max=1_000_000)))
+    if algo == "cql":
+        return d3rlpy.algos.CQLConfig(
+            actor_encoder_factory=enc, critic_encoder_factory=enc, batch_size=BATCH, gamma=0.99, tau=0.005,
+            n_critics=2, actor_learning_rate=1e-4, critic_learning_rate=3e-4, temp_learning_rate=1e-4,
+            alpha_learning_rate=0.0, initial_alpha=1.0, initial_temperature=1.0, conservative_weight=5.0,
+            n_action_samples=10, soft_q_backup=False, max_q_backup=False)
+    if algo == "td3_bc":
+        return d3rlpy.algos.TD3PlusBCConfig(
+            actor_encoder_factory=enc, critic_encoder_factory=enc, batch_size=BATCH, gamma=0.99, tau=0.005,
+            n_critics=2, actor_learning_rate=3e-4, critic_learning_rate=3e-4, target_smoothing_sigma=0.2,
+            target_smoothing_clip=0.5, alpha=2.5, update_actor_interval=2)
+    raise ValueError(algo)
+
+
+def d3rlpy_worker() -> None:
+    """Serve JSON commands, one per line; d3rlpy's logs go to stderr."""
+    reply_to = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # d3rlpy logs through structlog to stdout: keep stdout for the replies
+    single_thread()
+    import importlib.metadata
+
+    import d3rlpy
+    import torch
+    from d3rlpy.dataset import MDPDataset
+
+    dataset = None
+    algos: dict[str, Any] = {}
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd["op"]
+        if op == "quit":
+            break
+        try:
+            if op == "load":
+                with np.load(cmd["path"], allow_pickle=False) as f:
+                    a = {k: f[k] for k in D3RLPY_ARRAYS}
+                dataset = MDPDataset(a["observations"], a["actions"], a["rewards"], a["terminals"], a["timeouts"])
+                reply: dict[str, Any] = {
+                    "transitions": dataset.transition_count, "episodes": len(dataset.episodes),
+                    "versions": {p: importlib.metadata.version(p) for p in ("d3rlpy", "torch", "numpy", "gymnasium")},
+                    "python": sys.version.split()[0], "torch_threads": torch.get_num_threads(),
+                    "torch_interop_threads": torch.get_num_interop_threads()}
+            elif op == "build":
+                assert dataset is not None, "load first"
+                d3rlpy.seed(cmd["seed"])
+                np.random.seed(cmd["seed"])  # d3rlpy samples with the global numpy generator
+                algo = d3rlpy_config(cmd["algo"], cmd["hidden"]).create(device="cpu:0")
+                algo.build_with_dataset(dataset)
+                algos[cmd["key"]] = algo
+                reply = {}
+            elif op == "sgemm":
+                reply = sgemm_gflops(cmd.get("seconds", 1.0))
+            elif op == "time":
+                algo = algos[cmd["key"]]
+                reply = {"s": timed_loop(lambda algo=algo, ds=dataset: algo.update(ds.sample_transition_batch(BATCH)),
+                                         cmd["n"])}
+            elif op == "time_sample":
+                reply = {"s": timed_loop(lambda ds=dataset: ds.sample_transition_batch(BATCH), cmd["n"])}
+            elif op == "time_fit":
+                from d3rlpy.logging import NoopAdapterFactory
+
+                algo, n = algos[cmd["key"]], cmd["n"]
+                gc.collect()
+                start = time.perf_counter()
+                algo.fit(dataset, n_steps=n, n_steps_per_epoch=n, show_progress=False,
+                         logger_adapter=NoopAdapterFactory(), save_interval=10**9)
+                reply = {"s": time.perf_counter() - start}
+            elif op == "flops":
+                algo = algos[cmd["key"]]
+                reply = count_flops(lambda algo=algo, ds=dataset: algo.update(ds.sample_transition_batch(BATCH)))
+            elif op == "profile":
+                algo = algos[cmd["key"]]
+                reply = profile_summary(lambda algo=algo, ds=dataset: algo.update(ds.sample_transition_batch(BATCH)),
+                                        cmd["n"])
+            elif op == "train":
+                algo = algos[cmd["key"]]
+                reply = {"s": timed_loop(lambda algo=algo, ds=dataset: algo.update(ds.sample_transition_batch(BATCH)),
+                                         cmd["n"])}
+            elif op == "predict":
+                obs = np.asarray(cmd["obs"], dtype=np.float32)
+                reply = {"actions": algos[cmd["key"]].predict(obs).astype(np.float32).tolist()}
+            elif op == "drop":
+                algos.pop(cmd["key"], None)
+                reply = {}
+            else:
+                reply = {"error": f"unknown op {op!r}"}
+        except Exception as e:  # noqa: BLE001  report to the parent, keep serving
+            import traceback
+
+            traceback.print_exc()
+            reply = {"error": f"{op}: {type(e).__name__}: {e}"}
+        reply_to.write(json.dumps(reply) + "\n")
+
+
+class D3rlpyWorker:
+    """The d3rlpy process: `send` a command, `recv` its reply (or `__call__` for both)."""
+
+    def __init__(self, python: str, log: Path) -> None:
+        self.log = log
+        self._log_file = open(log, "w")  # noqa: SIM115 - closed in close()
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen([python, str(Path(__file__).resolve()), "--d3rlpy-worker"], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log_file, text=True)
+
+    def send(self, **cmd: Any) -> None:
+        assert self.proc.stdin
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+
+    def recv(self) -> dict:
+        assert self.proc.stdout
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the d3rlpy worker died: {self.log.read_text()[-3000:]}")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"d3rlpy worker: {reply['error']} (log: {self.log})")
+        return reply
+
+    def __call__(self, **cmd: Any) -> dict:
+        self.send(**cmd)
+        return self.recv()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin
+            self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+            self.proc.stdin.close()
+            self.proc.wait(60)
+        self._log_file.close()
+
+
+# --- the robolearn side ------------------------------------------------------------------------------------------
+
+def robolearn_algo(algo: str, hidden: list[int], obs_dim: int, num_actions: int) -> Any:
+    from robolearn.algos.cql import CQL, CQLConfig
+    from robolearn.algos.iql import IQL, IQLConfig
+    from robolearn.algos.td3_bc import TD3BC, TD3BCConfig
+
+    h = tuple(hidden)
+    if algo == "iql":
+        return IQL(obs_dim, num_actions, IQLConfig(
+            actor_hidden=h, critic_hidden=h, value_hidden=h, batch_size=BATCH, gamma=0.99, tau=0.005, num_critics=2,
+            expectile=0.7, beta=3.0, max_weight=100.0, actor_lr=3e-4, critic_lr=3e-4, value_lr=3e-4,
+            actor_lr_decay_steps=1_000_000))
+    if algo == "cql":
+        return CQL(obs_dim, num_actions, CQLConfig(
+            actor_hidden=h, critic_hidden=h, batch_size=BATCH, gamma=0.99, tau=0.005, num_critics=2, actor_lr=1e-4,
+            critic_lr=3e-4, temperature_lr=1e-4, init_temperature=1.0, cql_alpha=5.0, cql_n_actions=10,
+            cql_importance_sample=True, cql_lagrange=False, backup_entropy=False, cql_max_target_backup=False))
+    if algo == "td3_bc":
+        return TD3BC(obs_dim, num_actions, TD3BCConfig(
+            actor_hidden=h, critic_hidden=h, batch_size=BATCH, gamma=0.99, tau=0.005, num_critics=2, actor_lr=3e-4,
+            critic_lr=3e-4, policy_noise=0.2, noise_clip=0.5, actor_every=2, alpha=2.5))
+    raise ValueError(algo)
+
+
+def d3rlpy_arrays(data: Any) -> dict[str, np.ndarray]:
+    """The dataset in d3rlpy's MDPDataset layout (one row per step; a timed-out episode keeps its o_T as one extra
+    row, a terminated one does not): `benchmarks.dataset_io.d3rlpy_arrays` on the dataset's arrays."""
+    from benchmarks.dataset_io import d3rlpy_arrays as convert
+
+    return convert({"observations": np.asarray(data.observations["policy"], dtype=np.float32),
+                    "actions": np.asarray(data.actions, dtype=np.float32),
+                    "rewards": np.asarray(data.rewards, dtype=np.float32),
+                    "terminations": np.asarray(data.terminations), "truncations": np.asarray(data.truncations),
+                    "lengths": np.asarray(data.lengths)})
+
+
+def evaluate(act: Any, task: str, episodes: int, seed: int) -> list[float]:
+    """Returns of one episode per env of `episodes` batched envs (the C backend, one thread), deterministic `act`."""
+    import torch
+
+    import sim
+
+    env = sim.make(task, num_envs=episodes, backend="mujoco", seed=seed, nthread=1)
+    obs = env.get_observations()
+    total = torch.zeros(episodes, dtype=torch.float64)
+    running = torch.ones(episodes, dtype=torch.bool)
+    try:
+        while bool(running.any()):
+            obs, rewards, dones, _ = env.step(act(obs["policy"]))
+            total += rewards.double().cpu() * running
+            running &= ~dones.bool().cpu()
+    finally:
+        env.close()
+    return total.tolist()
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def speed(args: argparse.Namespace, worker: D3rlpyWorker, buffer: Any, dims: tuple[int, int],
+          peaks: list[dict]) -> dict:
+    """Steps/s of both libraries per network width and algorithm, FLOPs per step, profiles."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    out: dict[str, Any] = {}
+    for width in args.speed_widths:
+        hidden = [width, width]
+        cells: dict[str, Any] = {}
+        for algo in args.algos:
+            n = args.cql_updates if algo == "cql" else args.updates
+            warm = max(n // 10, 5)
+            torch.manual_seed(0)
+            ours = robolearn_algo(algo, hidden, *dims)
+            key = f"speed-{algo}-{width}"
+            worker(op="build", key=key, algo=algo, hidden=hidden, seed=0)
+
+            def step(ours: Any = ours) -> None:
+                ours.update(buffer.sample(BATCH, gen), gen)
+
+            timed_loop(step, warm)
+            worker(op="time", key=key, n=warm)
+            rl_s, d3_s = [], []
+            for r in range(args.rounds):
+                if width == args.speed_widths[0]:  # the width whose % of peak is reported
+                    peaks.append({"when": f"{algo} {width} round {r}", "loadavg_1min": os.getloadavg()[0],
+                                  **sgemm_gflops()})
+                if r % 2 == 0:  # alternate who goes first, against drift in the machine's load
+                    rl_s.append(timed_loop(step, n))
+                    d3_s.append(worker(op="time", key=key, n=n)["s"])
+                else:
+                    d3_s.append(worker(op="time", key=key, n=n)["s"])
+                    rl_s.append(timed_loop(step, n))
+                print(f"{NAMES[algo]} {width}x{width} round {r + 1}/{args.rounds}: robolearn {n / rl_s[-1]:.1f} "
+                      f"steps/s, d3rlpy {n / d3_s[-1]:.1f} steps/s", flush=True)
+            rl_rate, d3_rate = median([n / s for s in rl_s]), median([n / s for s in d3_s])
+            cell: dict[str, Any] = {
+                "updates_per_round": n, "warmup_updates": warm,
+                "robolearn_steps_per_s": rl_rate, "robolearn_rounds_steps_per_s": [n / s for s in rl_s],
+                "d3rlpy_steps_per_s": d3_rate, "d3rlpy_rounds_steps_per_s": [n / s for s in d3_s],
+                "ratio": rl_rate / d3_rate, "loadavg_1min_after": os.getloadavg()[0]}
+            if args.time_fit and width == args.speed_widths[0]:
+                cell["d3rlpy_fit_steps_per_s"] = n / worker(op="time_fit", key=key, n=n)["s"]
+            cell["robolearn_flops"] = count_flops(step)
+            cell["d3rlpy_flops"] = worker(op="flops", key=key)
+            if args.profile_updates:
+                pn = max(args.profile_updates // (10 if algo == "cql" else 1), 2)
+                cell["robolearn_profile"] = profile_summary(step, pn)
+                cell["d3rlpy_profile"] = worker(op="profile", key=key, n=pn)
+            worker(op="drop", key=key)
+            gflop = {who: cell[f"{who}_flops"]["flops_per_step"] / 1e9 for who in ("robolearn", "d3rlpy")}
+            print(f"{NAMES[algo]} {width}x{width}: robolearn {rl_rate:.1f} steps/s, d3rlpy {d3_rate:.1f} steps/s, "
+                  f"{rl_rate / d3_rate:.2f}x; GFLOP/step robolearn {gflop['robolearn']:.3f}, d3rlpy "
+                  f"{gflop['d3rlpy']:.3f}", flush=True)
+            cells[algo] = cell
+        out[f"{width}x{width}"] = cells
+    # batch sampling alone (no update), both libraries
+    n = args.sample_batches
+    rl = [n / timed_loop(lambda: buffer.sample(BATCH, gen), n) for _ in range(3)]
+    d3 = [n / worker(op="time_sample", n=n)["s"] for _ in range(3)]
+    out["sampling_batches_per_s"] = {"robolearn buffer.sample(256)": median(rl),
+                                     "d3rlpy sample_transition_batch(256)": median(d3),
+                                     "robolearn_all": rl, "d3rlpy_all": d3}
+    return out
+
+
+def scores(args: argparse.Namespace, worker: D3rlpyWorker, buffer: Any, dims: tuple[int, int], task: str,
+           ref: tuple[float, float] | None) -> dict:
+    """Both libraries train each algorithm for `score_steps` (at the same time, one core each), evaluated every
+    `eval_every` steps by the same code in our simulator."""
+    import torch
+
+    def normalise(ret: float) -> float | None:
+        return None if ref is None else 100.0 * (ret - ref[0]) / (ref[1] - ref[0])
+
+    out: dict[str, Any] = {}
+    for algo in args.algos:
+        steps = args.cql_score_steps if algo == "cql" else args.score_steps
+        if steps <= 0:
+            continue
+        every = min(args.eval_every, steps)
+        for seed in args.seeds:
+            torch.manual_seed(seed)
+            ours = robolearn_algo(algo, args.score_hidden, *dims)
+            gen = torch.Generator().manual_seed(seed)
+            key = f"score-{algo}-{seed}"
+            worker(op="build", key=key, algo=algo, hidden=args.score_hidden, seed=seed)
+
+            def d3_act(obs: torch.Tensor, key: str = key) -> torch.Tensor:
+                return torch.as_tensor(np.asarray(worker(op="predict", key=key, obs=obs.numpy().tolist())["actions"],
+                                                  dtype=np.float32))
+
+            def rl_act(obs: torch.Tensor, ours: Any = ours) -> torch.Tensor:
+                return ours.act({"policy": obs}, deterministic=True)
+
+            curves: dict[str, list[dict]] = {"robolearn": [], "d3rlpy": []}
+            wall = {"robolearn": 0.0, "d3rlpy": 0.0}
+            done = 0
+            while done < steps:
+                chunk = min(every, steps - done)
+                worker.send(op="train", key=key, n=chunk)  # d3rlpy trains on its core while robolearn trains here
+                wall["robolearn"] += timed_loop(lambda ours=ours, gen=gen: ours.update(buffer.sample(BATCH, gen), gen),
+                                                chunk)
+                wall["d3rlpy"] += worker.recv()["s"]
+                done += chunk
+                for who, act in (("robolearn", rl_act), ("d3rlpy", d3_act)):
+                    start = time.perf_counter()
+                    rets = evaluate(act, task, args.eval_episodes, args.eval_seed)
+                    mean = float(np.mean(rets))
+                    curves[who].append({"gradient_steps": done, "return": mean, "return_std": float(np.std(rets)),
+                                        "normalized_score": normalise(mean), "returns": rets,
+                                        "eval_s": time.perf_counter() - start})
+                print(f"{NAMES[algo]} seed {seed} step {done}: " + ", ".join(
+                    f"{who} {c[-1]['return']:.1f} (norm {c[-1]['normalized_score'] or float('nan'):.1f})"
+                    for who, c in curves.items()), flush=True)
+            worker(op="drop", key=key)
+            out.setdefault(algo, {"gradient_steps": steps, "hidden": args.score_hidden, "seeds": {}})
+            out[algo]["seeds"][seed] = {"curves": curves, "train_wall_s": wall}
+        if algo in out:
+            for who in ("robolearn", "d3rlpy"):
+                finals = [s["curves"][who][-1]["normalized_score"] for s in out[algo]["seeds"].values()]
+                out[algo][f"{who}_final_normalized_score_mean"] = float(np.mean(finals)) if ref else None
+                out[algo][f"{who}_final_return_mean"] = float(np.mean(
+                    [s["curves"][who][-1]["return"] for s in out[algo]["seeds"].values()]))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dataset", default="/work/bench_data/cheetah-run-expert-v0",
+                    help="a robolearn dataset (any format robolearn.data.formats reads)")
+    ap.add_argument("--algos", nargs="+", choices=ALGOS, default=list(ALGOS))
+    ap.add_argument("--speed-widths", type=int, nargs="*", default=[256, 64],
+                    help="hidden width(s) of the 2-layer networks for the speed table (the first for %% of peak)")
+    ap.add_argument("--updates", type=int, default=2000, help="timed IQL / TD3+BC updates per round")
+    ap.add_argument("--cql-updates", type=int, default=200,
+                    help="timed CQL updates per round (a CQL step is ~13x an IQL step's FLOPs: 30 sampled actions)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median counts")
+    ap.add_argument("--sample-batches", type=int, default=500)
+    ap.add_argument("--time-fit", action="store_true",
+                    help="also time d3rlpy's fit() over the same updates (first width, once)")
+    ap.add_argument("--profile-updates", type=int, default=20, help="updates under torch.profiler (CQL: a tenth)")
+    ap.add_argument("--score-steps", type=int, default=20_000, help="IQL / TD3+BC gradient steps for the scores")
+    ap.add_argument("--cql-score-steps", type=int, default=5_000, help="CQL gradient steps for the scores (0: none)")
+    ap.add_argument("--score-hidden", type=int, nargs="+", default=[64, 64])
+    ap.add_argument("--eval-every", type=int, default=5_000)
+    ap.add_argument("--eval-episodes", type=int, default=10)
+    ap.add_argument("--eval-seed", type=int, default=1000)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--skip-speed", action="store_true")
+    ap.add_argument("--skip-scores", action="store_true")
+    ap.add_argument("--d3rlpy-python", default=os.environ.get("D3RLPY_PYTHON"),
+                    help="python of a venv with d3rlpy (see the module docstring); default $D3RLPY_PYTHON")
+    ap.add_argument("--out", type=Path, default=RESULTS / "offline_vs_d3rlpy_cpu.json")
+    ap.add_argument("--d3rlpy-worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.d3rlpy_worker:
+        d3rlpy_worker()
+        return
+    if not args.d3rlpy_python:
+        ap.error("--d3rlpy-python (or $D3RLPY_PYTHON) is required: see the module docstring")
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find the benchmarks package
+    single_thread()
+    import importlib.metadata
+
+    import torch
+
+    from benchmarks.sim_throughput import write_result
+    from robolearn.data.dataset import to_replay_buffer
+    from robolearn.data.formats import load_dataset
+    from robolearn.runners.offline import reference_returns
+
+    started = time.perf_counter()
+    loadavg = {"start": os.getloadavg()}
+    data = load_dataset(args.dataset)
+    task = data.metadata.get("task")
+    ref = reference_returns(data, task) if task else None
+    buffer = to_replay_buffer(data, ["policy"], gamma=0.99)
+    dims = (int(data.observations["policy"].shape[1]), int(data.actions.shape[1]))
+    n = len(data.rewards)
+    print(f"{args.dataset}: {task}, {data.num_episodes} episodes, {n} transitions, reference returns {ref}; "
+          f"load average {loadavg['start'][0]:.2f}", flush=True)
+
+    workdir = Path(tempfile.mkdtemp(prefix="offline_vs_d3rlpy."))
+    worker = D3rlpyWorker(args.d3rlpy_python, workdir / "d3rlpy_worker.log")
+    fields: dict[str, Any] = {}
+    peaks: list[dict] = []
+    try:
+        npz = workdir / "dataset.npz"
+        np.savez(npz, **d3rlpy_arrays(data))
+        d3_info = worker(op="load", path=str(npz))
+        npz.unlink()
+        if d3_info["transitions"] != n:
+            raise RuntimeError(f"d3rlpy holds {d3_info['transitions']} transitions, not {n}")
+        peaks.append({"when": "start (d3rlpy process)", **worker(op="sgemm")})
+        if not args.skip_speed:
+            fields["speed"] = speed(args, worker, buffer, dims, peaks)
+            loadavg["after_speed"] = os.getloadavg()
+        if not args.skip_scores:
+            fields["scores"] = scores(args, worker, buffer, dims, task, ref)
+        peaks.append({"when": "end", **sgemm_gflops()})
+        loadavg["end"] = os.getloadavg()
+    finally:
+        worker.close()
+
+    # --- % of peak at the first speed width ---
+    peak_key = "mm 256x256 @ 256x256"
+    ours_peaks = [p[peak_key] for p in peaks if "d3rlpy" not in p["when"]]
+    peak = median(ours_peaks)
+    if "speed" in fields:
+        first = f"{args.speed_widths[0]}x{args.speed_widths[0]}"
+        for cell in fields["speed"][first].values():
+            for who in ("robolearn", "d3rlpy"):
+                achieved = cell[f"{who}_steps_per_s"] * cell[f"{who}_flops"]["flops_per_step"]
+                cell[f"{who}_gflops_achieved"] = achieved / 1e9
+                cell[f"{who}_pct_of_peak"] = 100.0 * achieved / (peak * 1e9)
+    targets: dict[str, Any] = {}
+    if "speed" in fields:
+        first = fields["speed"][f"{args.speed_widths[0]}x{args.speed_widths[0]}"]
+        targets["steps_per_s_3x_d3rlpy"] = {a: {"ratio": c["ratio"], "met": c["ratio"] >= 3} for a, c in first.items()}
+    fields = {
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+                     if k not in ("d3rlpy_worker", "out")},
+        "dataset": {"path": args.dataset, "task": task, "episodes": int(data.num_episodes), "transitions": n,
+                    "obs_dim": dims[0], "act_dim": dims[1], "kind": data.metadata.get("kind"),
+                    "return_mean": data.metadata.get("return_mean"), "ref_min_score": ref[0] if ref else None,
+                    "ref_max_score": ref[1] if ref else None},
+        "threads": {"robolearn": {"torch_threads": torch.get_num_threads(),
+                                  "torch_interop_threads": torch.get_num_interop_threads()},
+                    "d3rlpy": {"torch_threads": d3_info["torch_threads"],
+                               "torch_interop_threads": d3_info["torch_interop_threads"]}},
+        "versions": {**{p: importlib.metadata.version(p) for p in ("robolearn", "torch", "numpy", "gymnasium")},
+                     "d3rlpy_venv": {**d3_info["versions"], "python": d3_info["python"]}},
+        "sgemm_gflops_single_thread": {"peak_used": peak, "peak_shape": peak_key, "measurements": peaks},
+        "loadavg_1_5_15min": loadavg, "total_s": time.perf_counter() - started,
+        **fields, "targets": targets,
+        "notes": [
+            "speed: each library samples its own batch and takes one gradient step per timed call (d3rlpy: "
+            "algo.update(dataset.sample_transition_batch(256)), fit()'s inner loop without its logging)",
+            "torch.set_num_threads(1) and set_num_interop_threads(1) in both processes",
+            "FLOPs per step: FlopCounterMode on each library's own update (matmuls, forward and backward)",
+            "% of peak: steps/s x FLOPs/step over the median single-thread sgemm GFLOP/s (256x256 @ 256x256)",
+            "scores: the two libraries of one algorithm train at the same time (one core each); evaluation by "
+            "the same code in the sim (C backend), deterministic policies, normalised by the dataset's "
+            "ref_min_score / ref_max_score",
+            "no observation normalisation in either library",
+        ]}
+    write_result(args.out, "offline_vs_d3rlpy", fields)
+    if "speed" in fields:
+        for width, cells in fields["speed"].items():
+            if width == "sampling_batches_per_s":
+                continue
+            for algo, c in cells.items():
+                extra = (f", % of peak robolearn {c['robolearn_pct_of_peak']:.1f} d3rlpy {c['d3rlpy_pct_of_peak']:.1f}"
+                         if "robolearn_pct_of_peak" in c else "")
+                print(f"{width} {NAMES[algo]:7s} robolearn {c['robolearn_steps_per_s']:8.1f} steps/s  d3rlpy "
+                      f"{c['d3rlpy_steps_per_s']:8.1f} steps/s  {c['ratio']:.2f}x{extra}")
+    if "scores" in fields:
+        for algo, s in fields["scores"].items():
+            print(f"{NAMES[algo]} after {s['gradient_steps']} steps: normalised score robolearn "
+                  f"{s['robolearn_final_normalized_score_mean']}, d3rlpy {s['d3rlpy_final_normalized_score_mean']}")
+
+
+if __name__ == "__main__":
+    main()
