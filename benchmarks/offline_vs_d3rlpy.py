@@ -45,7 +45,10 @@ nothing of robolearn)::
     .venv/bin/robolearn collect env=cheetah-run kind=expert policy=reference episodes=100 env.num_envs=100 \\
         out=/work/bench_data/cheetah-run-expert-v0 progress=false
     .venv/bin/python benchmarks/offline_vs_d3rlpy.py --d3rlpy-python /tmp/d3venv/bin/python \\
-        --dataset /work/bench_data/cheetah-run-expert-v0
+        --dataset /work/bench_data/cheetah-run-expert-v0 --time-fit
+
+(``results/offline_vs_d3rlpy_cpu.json``: that command, 32 minutes on a shared 2-core machine at load 4-6, 11 of
+them the speed table, the rest the six trainings; ``--skip-scores`` for the speed table alone.)
 
 Known differences that stay (each library's own design): d3rlpy's IQL actor has a state-independent log-std and
 fits its critics and value with one optimizer (robolearn: a state-dependent log-std head, separate optimizers);
@@ -501,9 +504,9 @@ def main() -> None:
     ap.add_argument("--algos", nargs="+", choices=ALGOS, default=list(ALGOS))
     ap.add_argument("--speed-widths", type=int, nargs="*", default=[256, 64],
                     help="hidden width(s) of the 2-layer networks for the speed table (the first for %% of peak)")
-    ap.add_argument("--updates", type=int, default=2000, help="timed IQL / TD3+BC updates per round")
-    ap.add_argument("--cql-updates", type=int, default=200,
-                    help="timed CQL updates per round (a CQL step is ~13x an IQL step's FLOPs: 30 sampled actions)")
+    ap.add_argument("--updates", type=int, default=1000, help="timed IQL / TD3+BC updates per round")
+    ap.add_argument("--cql-updates", type=int, default=100,
+                    help="timed CQL updates per round (a CQL step is ~14x an IQL step's FLOPs: 30 sampled actions)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median counts")
     ap.add_argument("--sample-batches", type=int, default=500)
     ap.add_argument("--time-fit", action="store_true",
