@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from robolearn.data.dataset import write_json
 from robolearn.errors import ConfigError
 
 BACKENDS = ("local", "ray")
@@ -326,7 +327,7 @@ def run_suite(cfg: BenchConfig) -> Path:
     out = Path(cfg.out or f"bench/{path.stem}")
     cells = plan(suite, out, cfg.overrides)
     (out / "cells").mkdir(parents=True, exist_ok=True)
-    _write_json(out / "bench.json", {"suite": str(path), "name": path.stem, "overrides": list(cfg.overrides),
+    write_json(out / "bench.json", {"suite": str(path), "name": path.stem, "overrides": list(cfg.overrides),
                                      "algos": [a.name for a in suite.algos],
                                      "datasets": [d.name for d in suite.datasets], "seeds": list(suite.seeds),
                                      "description": suite.description, "cells": [c.id for c in cells]})
@@ -346,7 +347,7 @@ def run_suite(cfg: BenchConfig) -> Path:
     def finished(result: dict[str, Any]) -> None:
         nonlocal done
         done += 1
-        _write_json(out / "cells" / f"{result['id']}.json", result)
+        write_json(out / "cells" / f"{result['id']}.json", result)
         if result["error"]:
             what = f"FAILED: {result['error'].strip().splitlines()[-1]} (log: {_cell(cells, result['id']).log})"
         else:
@@ -453,12 +454,6 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _write_json(path: Path, data: Any) -> None:
-    """`data` as JSON at `path`, atomically (a temporary file beside it, renamed)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
 
 
 # --- the report --------------------------------------------------------------------------------------------------
@@ -550,7 +545,7 @@ def write_report(out: str | Path, reps: int = 50000) -> dict[str, Path]:
                 "n": len(scores), "runs": runs}
     paths = {"report": out / "report.md", "results": out / "results.json", "aggregate": out / "aggregate.png",
              "profile": out / "profile.png"}
-    _write_json(paths["results"], {"suite": meta.get("name"), "algos": algos, "datasets": datasets,
+    write_json(paths["results"], {"suite": meta.get("name"), "algos": algos, "datasets": datasets,
                                    "scores": per_cell, "aggregates": stats, "reps": reps,
                                    "runs_per_dataset": {a: int(m.shape[0]) for a, m in matrices.items()},
                                    "cells": cells})

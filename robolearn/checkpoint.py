@@ -120,3 +120,20 @@ def restore_optimizer(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tenso
         opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
     except (ValueError, KeyError) as e:
         raise CheckpointError(f"optimizer state does not match the model: {e}") from e
+
+
+def flatten_optimizers(optimizers: dict[str, torch.optim.Optimizer]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Several named optimizers (`flatten_optimizer` each): tensors under `<name>/`, metadata by name."""
+    tensors, meta = {}, {}
+    for name, opt in optimizers.items():
+        t, meta[name] = flatten_optimizer(opt)
+        tensors.update({f"{name}/{k}": v for k, v in t.items()})
+    return tensors, meta
+
+
+def restore_optimizers(optimizers: dict[str, torch.optim.Optimizer], tensors: dict[str, torch.Tensor],
+                       meta: dict[str, Any]) -> None:
+    """Undo `flatten_optimizers`: each named optimizer from its `<name>/` tensors and its metadata."""
+    for name, opt in optimizers.items():
+        prefix = name + "/"
+        restore_optimizer(opt, {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}, meta[name])

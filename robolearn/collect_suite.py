@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ import yaml
 
 from robolearn.collect import KINDS, REPLAY_KINDS, CollectConfig, collect
 from robolearn.config import EnvConfig, config_dir
+from robolearn.data.dataset import DatasetError, write_json
 from robolearn.errors import ConfigError
 
 TRAINED_KINDS = ("medium", "medium-expert", *REPLAY_KINDS)  # the kinds that need the suite's training run
@@ -110,7 +110,7 @@ def run_suite(cfg: CollectConfig) -> Path:
         policies: dict[str, str] = {}
         if any(k in TRAINED_KINDS for k in t.kinds):
             policies = train_behaviour(t, out / "_train" / t.task, seed, record, cfg.progress)
-            _write_json(record_path, record)
+            write_json(record_path, record)
         lo, hi = _reference(t.task)  # every dataset of a task normalises by the registry's returns
         for kind in t.kinds:
             path = out / f"{t.task}-{kind}-v0"
@@ -134,7 +134,7 @@ def run_suite(cfg: CollectConfig) -> Path:
                 "return_mean": m.get("return_mean", float(dataset.episode_returns().mean())),
                 "normalized_score": _normalized(dataset),
             }
-            _write_json(record_path, record)
+            write_json(record_path, record)
             print(f"{path.name}: {dataset.num_steps} steps, {record['datasets'][path.name]['seconds']} s")
     (out / "README.md").write_text(f"# Dataset suite {name}\n\n{suite_table(record)}\n")
     print(suite_table(record))
@@ -172,7 +172,7 @@ def train_behaviour(t: TaskSuite, run_dir: Path, seed: int, record: dict[str, An
             state["medium"] = {"iterations": k, "normalized_score": round(score, 2)}
         state["iterations"] = k
         state["seconds"] += time.perf_counter() - began
-        _write_json(state_path, state)
+        write_json(state_path, state)
     if not medium.exists():
         raise ConfigError(f"suite task {t.task}: the behaviour run reached normalised scores {state['evaluations']}, "
                           f"never {spec.medium_score}; give train.iterations more (or another algo)")
@@ -190,18 +190,12 @@ def _reference(task: str) -> tuple[float, float]:
 def _normalized(dataset: Any) -> float | None:
     try:
         return round(float(dataset.normalized_score(dataset.episode_returns()).mean()), 1)
-    except Exception:  # noqa: BLE001  no reference returns: nothing to normalise by
+    except DatasetError:  # no reference returns: nothing to normalise by
         return None
 
 
 def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
 
 
 def suite_table(record: dict[str, Any]) -> str:

@@ -361,6 +361,16 @@ def to_replay_buffer(dataset: Dataset, groups: Iterable[str] = (DEFAULT_GROUP,),
     )  # fmt: skip
 
 
+def write_json(path: Path, data: Any) -> None:
+    """``data`` as JSON at ``path``, atomically (a temporary file beside it, renamed): a crash never leaves half a
+    file (suite and benchmark records)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
 @contextlib.contextmanager
 def staged_folder(path: Path) -> Iterator[Path]:
     """A temporary sibling of ``path`` to write a dataset folder into, renamed to ``path`` when the block ends

@@ -115,11 +115,8 @@ class OffPolicyLearner:
         rng_tensors, rng_meta = rng_state(self.generator)
         tensors.update(rng_tensors)
         meta.update(rng_meta)
-        opt_meta = {}
-        for name, opt in self.algo.optimizers.items():
-            t, m = checkpoint.flatten_optimizer(opt)
-            tensors.update({f"{name}/{k}": v for k, v in t.items()})
-            opt_meta[name] = m
+        opt_tensors, opt_meta = checkpoint.flatten_optimizers(self.algo.optimizers)
+        tensors.update(opt_tensors)
         buf_tensors, buf_meta = self.buffer.state_dict()
         tensors.update({f"buffer/{k}": v for k, v in buf_tensors.items()})
         meta.update({"optimizers": opt_meta, "buffer": buf_meta, "updates": self.updates,
@@ -134,10 +131,7 @@ class OffPolicyLearner:
         meta, tensors = checkpoint.load_trainer(path)
         try:
             self.algo.load_model_state(model_state)
-            for name, opt in self.algo.optimizers.items():
-                prefix = name + "/"
-                checkpoint.restore_optimizer(opt, {k[len(prefix):]: v for k, v in tensors.items()
-                                                   if k.startswith(prefix)}, meta["optimizers"][name])
+            checkpoint.restore_optimizers(self.algo.optimizers, tensors, meta["optimizers"])
             self.buffer.load_state_dict({k[7:]: v for k, v in tensors.items() if k.startswith("buffer/")},
                                         meta["buffer"])
         except (RuntimeError, KeyError) as e:

@@ -124,11 +124,8 @@ class OfflineRunner(RunnerBase):
         """Networks (`model.safetensors`: the policy loads from it) and the trainer state: optimizers, RNGs,
         counters and the last evaluation."""
         tensors, meta = rng_state(self.generator, self.device)
-        opt_meta = {}
-        for name, opt in self.algo.optimizers.items():
-            t, m = checkpoint.flatten_optimizer(opt)
-            tensors.update({f"{name}/{k}": v for k, v in t.items()})
-            opt_meta[name] = m
+        opt_tensors, opt_meta = checkpoint.flatten_optimizers(self.algo.optimizers)
+        tensors.update(opt_tensors)
         meta.update({"optimizers": opt_meta, "iteration": self.iteration, "updates": self.algo.updates,
                      "wall_s": self.wall_s, "last_eval": self.last_eval})
         return checkpoint.save(path, {"policy": self.algo.config, "run": self.config}, self.algo.model_state(),
@@ -139,10 +136,7 @@ class OfflineRunner(RunnerBase):
         meta, tensors = checkpoint.load_trainer(path)
         try:
             self.algo.load_model_state(model_state)
-            for name, opt in self.algo.optimizers.items():
-                prefix = name + "/"
-                checkpoint.restore_optimizer(opt, {k[len(prefix):]: v for k, v in tensors.items()
-                                                   if k.startswith(prefix)}, meta["optimizers"][name])
+            checkpoint.restore_optimizers(self.algo.optimizers, tensors, meta["optimizers"])
         except (RuntimeError, KeyError) as e:
             raise CheckpointError(f"checkpoint {path} does not fit this learner: {e}") from e
         restore_rng(self.generator, tensors, meta, self.device)
@@ -175,10 +169,11 @@ def reference_returns(data: Any, task: str) -> tuple[float, float] | None:
     lo, hi = data.metadata.get("ref_min_score"), data.metadata.get("ref_max_score")
     if lo is not None and hi is not None and hi != lo:
         return float(lo), float(hi)
+    from sim.errors import UnknownTaskError
     from sim.tasks import spec
 
     try:
         s = spec(task)
-    except Exception:  # noqa: BLE001  an unregistered task: no normalisation
+    except UnknownTaskError:  # an unregistered task: no normalisation
         return None
     return (s.random_return, s.reference_return) if s.reference_return != s.random_return else None
