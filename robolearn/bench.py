@@ -53,6 +53,7 @@ from robolearn.data.dataset import write_json
 from robolearn.errors import ConfigError
 
 BACKENDS = ("local", "ray")
+COMMANDS = ("train", "finetune")
 #: where a row of metrics.jsonl says how far training got, most specific first
 STEP_KEYS = ("step", "env_steps", "gradient_steps", "updates", "iteration")
 EVAL_KEY = "eval/normalized_score"
@@ -99,6 +100,7 @@ class Suite:
     seeds: list[int] = dataclasses.field(default_factory=lambda: [0])
     overrides: list[str] = dataclasses.field(default_factory=list)
     description: str = ""
+    command: str = "train"          # what a cell runs: `robolearn train`, or `robolearn finetune` (O2O: both phases)
 
 
 @dataclasses.dataclass
@@ -113,6 +115,7 @@ class Cell:
     run_dir: str
     cwd: str                        # the directory relative paths in the overrides are relative to
     log: str
+    command: str = "train"          # train | finetune
 
     def train_args(self) -> list[str]:
         return [*self.overrides, f"run_dir={self.run_dir}"]
@@ -165,6 +168,8 @@ def load_suite(path: str | Path) -> Suite:
                               "(no '__'): they name files")
         if len(set(names)) != len(names):
             raise ConfigError(f"suite {path}: duplicate {kind} names {sorted(n for n in names if names.count(n) > 1)}")
+    if suite.command not in COMMANDS:
+        raise ConfigError(f"suite {path}: command must be one of {list(COMMANDS)}, got {suite.command!r}")
     if not suite.seeds or len(set(suite.seeds)) != len(suite.seeds):
         raise ConfigError(f"suite {path}: seeds must be a non-empty list of distinct integers, got {suite.seeds}")
     return suite
@@ -181,7 +186,7 @@ def plan(suite: Suite, out: Path, overrides: Sequence[str] = ()) -> list[Cell]:
                 args = ["video=false", *suite.overrides, *algo.overrides, *data.overrides, *overrides,
                         f"seed={seed}", "progress=false"]
                 cells.append(Cell(cell_id, algo.name, data.name, int(seed), args, str(out / "runs" / cell_id),
-                                  str(Path.cwd()), str(out / "logs" / f"{cell_id}.log")))
+                                  str(Path.cwd()), str(out / "logs" / f"{cell_id}.log"), suite.command))
     return cells
 
 
@@ -198,9 +203,14 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     Path(cell.log).parent.mkdir(parents=True, exist_ok=True)
     with _output_to(cell.log):
         try:
-            from robolearn.train import train
+            if cell.command == "finetune":
+                from robolearn.finetune import finetune
 
-            train(cell.train_args())
+                finetune(cell.train_args())
+            else:
+                from robolearn.train import train
+
+                train(cell.train_args())
         except Exception:
             error = traceback.format_exc()
             print(error, file=sys.stderr)
@@ -212,6 +222,7 @@ def cell_result(cell: Cell, error: str | None = None, wall_s: float = 0.0) -> di
     record: dict[str, Any] = {"id": cell.id, "algo": cell.algo, "dataset": cell.dataset, "seed": cell.seed,
                               "score": None, "curve": [], "source": None, "task": None, "wall_s": round(wall_s, 3),
                               "error": error, "run_dir": cell.run_dir, "overrides": cell.overrides,
+                              "command": cell.command,
                               "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
     if error is None:
         try:
@@ -223,8 +234,14 @@ def cell_result(cell: Cell, error: str | None = None, wall_s: float = 0.0) -> di
 
 def read_score(run_dir: str | Path) -> dict[str, Any]:
     """A run's normalised score: the last `eval/normalized_score` of metrics.jsonl, or else the last `mean_return`
-    normalised with the task's random and reference returns; with the curve of (step, score) it comes from."""
+    normalised with the task's random and reference returns; with the curve of (step, score) it comes from. A
+    `robolearn finetune` folder is scored by its online run, and its O2O metrics (o2o.json) come along as "o2o"."""
     run_dir = Path(run_dir)
+    if (run_dir / "online" / "metrics.jsonl").is_file():
+        record = read_score(run_dir / "online")
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            record["o2o"] = json.loads((run_dir / "o2o.json").read_text())
+        return record
     metrics = run_dir / "metrics.jsonl"
     if not metrics.is_file():
         raise ConfigError(f"{metrics} does not exist")
@@ -440,7 +457,8 @@ def _finished(out: Path, cell: Cell) -> bool:
         record = json.loads((out / "cells" / f"{cell.id}.json").read_text())
     except (OSError, json.JSONDecodeError):
         return False
-    return not record.get("error") and record.get("overrides") == cell.overrides
+    return (not record.get("error") and record.get("overrides") == cell.overrides
+            and record.get("command", "train") == cell.command)
 
 
 def _cell(cells: Sequence[Cell], cell_id: str) -> Cell:
@@ -555,6 +573,8 @@ def write_report(out: str | Path, reps: int = 50000) -> dict[str, Path]:
     else:
         for key in ("aggregate", "profile"):
             paths[key].unlink(missing_ok=True)
+    paths["curves"] = out / "curves.png"
+    has_curves = plot_curves(cells, algos, datasets, paths["curves"])
 
     def fmt(m: dict[str, Any]) -> str:
         if m["n"] == 0:
@@ -587,6 +607,12 @@ def write_report(out: str | Path, reps: int = 50000) -> dict[str, Path]:
             lines.append(f"| {algo} | - | - | - | no finished cell |")
     if matrices:
         lines += ["", "![aggregates](aggregate.png)", "", "![performance profile](profile.png)"]
+    if any(c.get("o2o") for c in cells):
+        from robolearn.finetune import o2o_table
+
+        lines += ["", *o2o_table(cells, algos, datasets)]
+    if has_curves:
+        lines += ["", "## Learning curves (mean over seeds, 95% bootstrap CI)", "", "![curves](curves.png)"]
     if failed:
         lines += ["", "## Failed cells", ""]
         for c in failed:
@@ -594,6 +620,45 @@ def write_report(out: str | Path, reps: int = 50000) -> dict[str, Path]:
             lines.append(f"- `{c['id']}`: {last}")
     paths["report"].write_text("\n".join(lines) + "\n")
     return paths
+
+
+def plot_curves(cells: Sequence[dict[str, Any]], algos: Sequence[str], datasets: Sequence[str], path: Path,
+                seed: int = 0) -> bool:
+    """One panel per dataset: each algorithm's score curve, the mean over its seeds at the steps all of them logged,
+    with a 95% percentile-bootstrap band over seeds. Returns whether anything was drawn (else `path` is removed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    panels = [d for d in datasets if any(c["dataset"] == d and len(c.get("curve") or []) > 1 for c in cells)]
+    if not panels:
+        path.unlink(missing_ok=True)
+        return False
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
+    for ax, data in zip(axes[0], panels, strict=True):
+        for algo in algos:
+            curves = [dict((float(s), float(v)) for s, v in c["curve"]) for c in cells
+                      if c["algo"] == algo and c["dataset"] == data and not c.get("error") and c.get("curve")]
+            if not curves:
+                continue
+            steps = sorted(set.intersection(*(set(c) for c in curves)))
+            values = np.array([[c[s] for s in steps] for c in curves])  # [seeds, steps]
+            boot = values[rng.integers(0, len(values), (1000, len(values)))].mean(1)  # [1000, steps]
+            lo, hi = np.percentile(boot, [2.5, 97.5], axis=0)
+            line, = ax.plot(steps, values.mean(0), label=f"{algo} ({len(curves)})")
+            ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2)
+        ax.set_title(data, fontsize=10)
+        ax.set_xlabel("step")
+        ax.set_ylabel("normalised score")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
 
 
 def _plot_aggregates(stats: dict[str, dict[str, list[float]]], path: Path) -> None:

@@ -18,12 +18,35 @@ symmetric 50/50 sampling; ratio 0 reproduces WSRL's no-retention fine-tuning).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
 from tensordict import TensorDict
 
 from robolearn.errors import ConfigError
+
+
+@dataclasses.dataclass
+class ReplayConfig:
+    """How an off-policy learner fills and samples its replay: the online buffer, the offline data mixed into each
+    batch, when updates start and how many per collected transition. SAC's and TD3's configs include it; an offline
+    algorithm (IQL, CQL, Cal-QL, RO2O ...) gains it when it continues online (`robolearn.config`)."""
+
+    utd_ratio: float = 1.0        # critic updates per environment transition collected
+    buffer_size: int = 1_000_000
+    n_step: int = 1
+    offline_ratio: float = 0.0    # fraction of each batch drawn from an offline buffer (RLPD: 0.5)
+    learning_starts: int = 5000   # env transitions collected before the first update
+    random_warmup: bool = True    # uniform random actions until learning_starts (off: the actor's, as WSRL)
+
+
+def check_replay(cfg: ReplayConfig) -> None:
+    """Raise ConfigError for replay settings no learner can run with."""
+    if cfg.utd_ratio <= 0 or cfg.buffer_size < 1 or cfg.n_step < 1 or cfg.learning_starts < 0:
+        raise ConfigError("need utd_ratio > 0, buffer_size >= 1, n_step >= 1 and learning_starts >= 0")
+    if not 0.0 <= cfg.offline_ratio <= 1.0:
+        raise ConfigError(f"offline_ratio must be in [0, 1], got {cfg.offline_ratio}")
 
 
 class ReplayBuffer:

@@ -7,6 +7,7 @@
     robolearn render env=pendulum-swingup           # a random policy
     robolearn tasks verbose=true
     robolearn bench suite=smoke                     # algorithms x datasets x seeds -> bench/smoke/report.md
+    robolearn finetune algo=wsrl dataset=<name>     # offline pre-training, then online fine-tuning (O2O)
 
 The ROS 2 bridge (`real/`) adds:
 
@@ -48,8 +49,8 @@ def cmd_tasks(cfg: TasksConfig) -> int:
     return 0
 
 
-#: command -> (its function, its schema); the function takes the schema's instance, except `train`, which
-#: takes the overrides (a resumed run reads its own config). Functions import only when their command runs.
+#: command -> (its function, its schema); the function takes the schema's instance, except `train` and `finetune`,
+#: which take the overrides (a resumed run reads its own config). Functions import only when their command runs.
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("robolearn.train:train", "robolearn.config:TrainConfig"),
     "eval": ("robolearn.evaluate:cmd_eval", "robolearn.evaluate:EvalConfig"),
@@ -57,6 +58,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tasks": ("robolearn.cli:cmd_tasks", "robolearn.cli:TasksConfig"),
     "collect": ("robolearn.collect:cmd_collect", "robolearn.collect:CollectConfig"),
     "bench": ("robolearn.bench:cmd_bench", "robolearn.bench:BenchConfig"),
+    "finetune": ("robolearn.finetune:finetune", "robolearn.finetune:FinetuneConfig"),
     "deploy": ("real.deploy:cmd_deploy", "real.deploy:DeployConfig"),
     "fake-robot": ("real.fake_robot:cmd_fake_robot", "real.fake_robot:FakeRobotConfig"),
     "record": ("real.recorder:cmd_record", "real.recorder:RecordConfig"),
@@ -82,7 +84,7 @@ def run(name: str, overrides: list[str]) -> int:
     from robolearn.config import compose
 
     func, schema = _load(name, COMMANDS[name][0]), _load(name, COMMANDS[name][1])
-    if name == "train":
+    if name in ("train", "finetune"):
         func(overrides)
         return 0
     if name == "bench":  # `robolearn bench report ...`, `overrides=[a=1,b=2]`

@@ -26,9 +26,11 @@ from robolearn.algos.cql import CQLConfig
 from robolearn.algos.iql import IQLConfig
 from robolearn.algos.ppo import PPOConfig
 from robolearn.algos.rebrac import ReBRACConfig
+from robolearn.algos.ro2o import RO2OConfig
 from robolearn.algos.sac import SACConfig
 from robolearn.algos.td3 import TD3Config
 from robolearn.algos.td3_bc import TD3BCConfig
+from robolearn.buffers import ReplayConfig
 from robolearn.errors import ConfigError
 from robolearn.runners.off_policy import OffPolicyRunConfig
 from robolearn.runners.offline import OfflineRunConfig
@@ -63,7 +65,9 @@ class TrainConfig:
     video: bool = True              # render the final policy to <run_dir>/video.mp4
     progress: bool = True
     dataset: str | None = None      # offline algos: a dataset path (any format) or a name under data/; env= defaults
-    #                                 to its task
+    #                                 to its task. Without it an offline algorithm (but BC) learns online
+    init: str | None = None         # warm start: a run (or checkpoint) whose actor, critics and temperature the
+    #                                 learner starts from, its network sizes taken over (`robolearn finetune`)
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
     algo: Any = None                # filled by the algo group: one of ALGORITHMS' schemas
 
@@ -85,9 +89,12 @@ class TD3Schema(OffPolicyRunConfig, TD3Config):
 
 
 def _offline_schema(name: str, algo_config: type) -> type:
-    """The `algo` group schema of an offline algorithm: the offline runner's fields and the algorithm's."""
+    """The `algo` group schema of an offline algorithm: the offline runner's fields and the algorithm's, and (but BC)
+    the off-policy runner's and the replay settings, for when it continues online (no `dataset=`: `online_config`).
+    The evaluation fields are shared: gradient steps offline, env steps online."""
     fields = [("name", str, name), ("recipe", str, name)]
-    bases = (OfflineRunConfig, algo_config)
+    bases = (OfflineRunConfig, algo_config) if name in OFFLINE_ONLY else (
+        OfflineRunConfig, OffPolicyRunConfig, ReplayConfig, algo_config)
     return dataclasses.make_dataclass(f"{algo_config.__name__[:-6]}Schema", fields, bases=bases)
 
 
@@ -99,7 +106,23 @@ OFFLINE_ALGORITHMS: dict[str, tuple[type, str]] = {
     "cql": (CQLConfig, "robolearn.algos.cql:CQL"),
     "calql": (CalQLConfig, "robolearn.algos.calql:CalQL"),
     "rebrac": (ReBRACConfig, "robolearn.algos.rebrac:ReBRAC"),
+    "ro2o": (RO2OConfig, "robolearn.algos.ro2o:RO2O"),
 }
+
+#: Offline algorithms that cannot continue online: no critic to learn from new data.
+OFFLINE_ONLY = ("bc",)
+
+_ONLINE_CONFIGS: dict[type, type] = {}
+
+
+def online_config(algo_config: type) -> type:
+    """An offline algorithm's config with the replay settings (`ReplayConfig`) the off-policy learner reads, for
+    when it learns online (fine-tuning: `robolearn finetune`, or `robolearn train algo=<offline algo>` without a
+    dataset)."""
+    if algo_config not in _ONLINE_CONFIGS:
+        _ONLINE_CONFIGS[algo_config] = dataclasses.make_dataclass(
+            f"Online{algo_config.__name__}", [], bases=(algo_config, ReplayConfig))
+    return _ONLINE_CONFIGS[algo_config]
 
 #: algo.name -> (its schema in the `algo` group, the algorithm's config class, the runner's config class or None)
 ALGORITHMS: dict[str, tuple[type, type, type | None]] = {
@@ -205,15 +228,22 @@ def help_text(command: str, schema: type | None = None, doc: str = "") -> str:
 
 # --- what the composed config builds ---------------------------------------------------------------------------
 
-def algo_config(algo: dict[str, Any]) -> tuple[Any, Any]:
-    """The algorithm's config (PPOConfig / SACConfig / TD3Config) and its runner's (or None) from `cfg["algo"]`."""
+def algo_config(algo: dict[str, Any], online: bool = False) -> tuple[Any, Any]:
+    """The algorithm's config (PPOConfig / SACConfig / TD3Config ...) and its runner's (or None) from `cfg["algo"]`.
+
+    `online`: an offline algorithm's online configs (`online_config`, `OffPolicyRunConfig`); ignored by the online
+    algorithms."""
     name = algo.get("name")
     if name not in ALGORITHMS:
         raise ConfigError(f"algo name {name!r} is not available; use one of {sorted(ALGORITHMS)}")
-    _, algo_class, run_class = ALGORITHMS[name]
+    schema, algo_class, run_class = ALGORITHMS[name]
+    if online and run_class is OfflineRunConfig:
+        if name in OFFLINE_ONLY:
+            raise ConfigError(f"algo={name} learns from a dataset only: pass dataset=<path or name>")
+        algo_class, run_class = online_config(algo_class), OffPolicyRunConfig
     algo_fields = {f.name for f in dataclasses.fields(algo_class)}
     run_fields = {f.name for f in dataclasses.fields(run_class)} if run_class else set()
-    unknown = set(algo) - algo_fields - run_fields - {"name"}
+    unknown = set(algo) - {f.name for f in dataclasses.fields(schema)} - algo_fields - run_fields - {"name"}
     if unknown:
         raise ConfigError(f"unknown {name} settings {sorted(unknown)}; valid: {sorted(algo_fields | run_fields)}")
 

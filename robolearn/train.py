@@ -23,13 +23,27 @@ from robolearn.errors import CheckpointError, ConfigError
 from robolearn.runners.offline import OfflineRunConfig
 
 
+def is_online(cfg: dict[str, Any]) -> bool:
+    """Whether a train config learns online: always without `dataset=` (an offline algorithm then continues online)."""
+    return not cfg.get("dataset")
+
+
 def resolve_run(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Fill what depends on the algorithm: `iterations` (PPO: the task preset's; off-policy: from
-    `algo.env_steps`)."""
-    algo_cfg, run_cfg = algo_config(cfg["algo"])
-    if isinstance(run_cfg, OfflineRunConfig) != bool(cfg.get("dataset")):
-        raise ConfigError(f"algo={cfg['algo']['name']} " + ("needs dataset=<path or name>" if cfg.get("dataset") is None
-                          else "is online: dataset= is for the offline algorithms (online: algo.offline_data=)"))
+    """Fill what depends on the algorithm: the network sizes of a warm start (`init`), `iterations` (PPO: the task
+    preset's; off-policy: from `algo.env_steps`; offline: from `algo.gradient_steps`)."""
+    if cfg.get("init"):
+        if not is_online(cfg):
+            raise ConfigError("init= warm-starts online learning: leave dataset= out (algo.offline_data= keeps data)")
+        if algo_config(cfg["algo"])[1] is None:
+            raise ConfigError(f"init= warm-starts an off-policy learner; algo={cfg['algo']['name']} is on-policy")
+        from robolearn.finetune import adopt_architecture
+
+        for key, (was, now) in adopt_architecture(cfg["algo"], cfg["init"]).items():
+            print(f"init: algo.{key} = {now} as the checkpoint's (the preset had {was})")
+    algo_cfg, run_cfg = algo_config(cfg["algo"], online=is_online(cfg))
+    if not is_online(cfg) and not isinstance(run_cfg, OfflineRunConfig):
+        raise ConfigError(f"algo={cfg['algo']['name']} is online: dataset= is for the offline algorithms (online: "
+                          "algo.offline_data=)")
     if cfg["iterations"] is None:
         if isinstance(run_cfg, OfflineRunConfig):
             cfg["iterations"] = max(1, -(-run_cfg.gradient_steps // run_cfg.log_every))
@@ -66,7 +80,7 @@ def train(overrides: list[str]) -> Path:
 
     seed = int(cfg["seed"])
     torch.manual_seed(seed)
-    _, run_cfg = algo_config(cfg["algo"])
+    _, run_cfg = algo_config(cfg["algo"], online=is_online(cfg))
     offline = isinstance(run_cfg, OfflineRunConfig)  # its envs are the evaluation episodes
     env = make_env(cfg["env"], seed, num_envs=run_cfg.eval_episodes if offline else None)
     cfg["env"]["policy_dt"] = float(env.task.cfg.ctrl_dt * env.task.cfg.action_repeat)  # the policy acts this often
@@ -74,12 +88,18 @@ def train(overrides: list[str]) -> Path:
     runner = make_runner(env, cfg, run_dir, seed)
     if resuming:
         runner.restore(run_dir / "checkpoints" / "latest")
+    elif cfg.get("init"):
+        from robolearn.finetune import warm_start
+
+        print(f"init: {', '.join(warm_start(runner.algo, cfg['init']))} from {cfg['init']}")
     try:
         runner.learn(int(cfg["iterations"]), checkpoint_interval=int(cfg["checkpoint_interval"]))
         final = runner.save(run_dir / "checkpoints" / "final")
     finally:
         runner.close()
         env.close()
+        if getattr(runner, "eval_env", None) is not None:
+            runner.eval_env.close()
     from robolearn.evaluate import render_checkpoint
     from robolearn.plots import learning_curve
 
@@ -93,7 +113,7 @@ def train(overrides: list[str]) -> Path:
 def make_runner(env: Any, cfg: dict[str, Any], run_dir: Path, seed: int):
     """The on- or off-policy runner, with its algorithm, for a resolved train config."""
     device = torch.device(cfg["device"])
-    algo_cfg, run_cfg = algo_config(cfg["algo"])
+    algo_cfg, run_cfg = algo_config(cfg["algo"], online=is_online(cfg))
     if isinstance(run_cfg, OfflineRunConfig):
         return offline_runner(env, cfg, algo_cfg, run_cfg, run_dir, seed, device)
     if run_cfg is None:
@@ -102,15 +122,33 @@ def make_runner(env: Any, cfg: dict[str, Any], run_dir: Path, seed: int):
 
         return OnPolicyRunner(env, PPO.for_env(env, algo_cfg, device), run_dir, cfg, seed=seed,
                               progress=cfg["progress"])
-    from robolearn.algos.sac import SAC
-    from robolearn.algos.td3 import TD3
+    from robolearn.runners.base import task_reference
     from robolearn.runners.off_policy import OffPolicyRunner
 
-    learner = TD3 if cfg["algo"]["name"] == "td3" else SAC
-    algo = learner.for_env(env, algo_cfg, device)
+    name = cfg["algo"]["name"]
+    if name in OFFLINE_ALGORITHMS:  # an offline algorithm continuing online (reads the "policy" group only)
+        learner = _offline_learner(name)
+        algo = learner(env.observation_shapes["policy"][0], env.num_actions, algo_cfg, device)
+    else:
+        from robolearn.algos.sac import SAC
+        from robolearn.algos.td3 import TD3
+
+        algo = (TD3 if name == "td3" else SAC).for_env(env, algo_cfg, device)
     offline = offline_buffer(run_cfg.offline_data, env, algo_cfg, device)
+    eval_env = None
+    if run_cfg.eval_every:  # a separate VecEnv: evaluating never disturbs the training envs' episodes
+        eval_env = make_env(cfg["env"], seed + 1, num_envs=run_cfg.eval_episodes)
     return OffPolicyRunner(env, algo, run_dir, cfg, seed=seed, progress=cfg["progress"],
-                           steps_per_iteration=run_cfg.steps_per_iteration, offline=offline)
+                           steps_per_iteration=run_cfg.steps_per_iteration, offline=offline, eval_env=eval_env,
+                           eval_every=run_cfg.eval_every, reference=task_reference(env.task.name))
+
+
+def _offline_learner(name: str) -> type:
+    """The learner class of an offline algorithm (`OFFLINE_ALGORITHMS`' "module:Class")."""
+    import importlib
+
+    module, _, attr = OFFLINE_ALGORITHMS[name][1].partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def offline_buffer(path: str | None, env: Any, algo_cfg: Any, device: torch.device):
@@ -177,16 +215,12 @@ def _split_dataset(overrides: list[str]) -> tuple[list[str], str | None]:
 def offline_runner(env: Any, cfg: dict[str, Any], algo_cfg: Any, run_cfg: OfflineRunConfig, run_dir: Path, seed: int,
                    device: torch.device):
     """The offline runner with its algorithm and the dataset's buffer (checked against the env)."""
-    import importlib
-
     from robolearn.data.formats import load_dataset
     from robolearn.runners.offline import OfflineRunner, dataset_buffer, reference_returns
 
     path = resolve_dataset(cfg["dataset"])
     data = load_dataset(path)
-    module, _, attr = OFFLINE_ALGORITHMS[cfg["algo"]["name"]][1].partition(":")
-    learner = getattr(importlib.import_module(module), attr)
-    algo = learner(env.observation_shapes["policy"][0], env.num_actions, algo_cfg, device)
+    algo = _offline_learner(cfg["algo"]["name"])(env.observation_shapes["policy"][0], env.num_actions, algo_cfg, device)
     extras = {}  # per-transition values some learners need in every batch
     if hasattr(algo, "dataset_returns"):  # Cal-QL: each transition's Monte-Carlo return-to-go
         extras["mc_returns"] = torch.as_tensor(algo.dataset_returns(data.rewards, data.step_starts))

@@ -313,9 +313,12 @@ def test_calql_bounds_policy_values_by_mc_returns():
     assert close(loss, np_cql_critic_loss(algo, batch, draws, bound)[0])
     assert not close(loss, np_cql_critic_loss(algo, batch, draws)[0])  # the bound of 3.0 is active
     assert 0.0 < float(stats["bound_rate"]) < 1.0
-    algo.cfg.calibrate = False  # CORL's online phase: plain CQL
-    assert close(algo.critic_loss(batch, draws)[0], np_cql_critic_loss(algo, batch, draws)[0])
+    algo.cfg.calibrate = False  # CORL's online phase: plain CQL, also on online batches (no Monte-Carlo returns)
+    plain = np_cql_critic_loss(algo, batch, draws)[0]
+    assert close(algo.critic_loss(batch, draws)[0], plain)
     del batch["mc_returns"]
+    assert close(algo.critic_loss(batch, draws)[0], plain)
+    algo.cfg.calibrate = True
     with pytest.raises(ConfigError, match="mc_returns"):
         algo.critic_loss(batch, draws)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
 import torch
 
 from robolearn.algos.cql import CQL, CQLConfig
@@ -64,7 +65,7 @@ class CalQL(CQL):
     def dataset_returns(self, rewards: Any, step_starts: Any) -> torch.Tensor:
         """[N] every transition's `mc_returns` for a dataset of episodes: its rewards [N] (raw) and the index of
         each episode's first step plus the total, [E + 1] (`robolearn.data.Dataset.step_starts`)."""
-        cfg, rewards = self.cfg, torch.as_tensor(rewards, dtype=torch.float64)
+        cfg, rewards = self.cfg, torch.tensor(np.asarray(rewards), dtype=torch.float64)  # a copy: may be read-only
         starts = [int(i) for i in step_starts]
         out = [return_to_go(rewards[s:t], cfg.gamma, cfg.reward_scale, cfg.reward_bias, cfg.sparse_failure_reward)
                for s, t in zip(starts[:-1], starts[1:], strict=True)]
@@ -72,7 +73,10 @@ class CalQL(CQL):
 
     def bound_policy_q(self, q_current: torch.Tensor, q_next: torch.Tensor, batch: dict[str, Any]
                        ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """max(Q_i(s, a_pi), G) for pi's samples [E, B, n] at s and s', G = batch["mc_returns"] [B]."""
+        """max(Q_i(s, a_pi), G) for pi's samples [E, B, n] at s and s', G = batch["mc_returns"] [B]; unchanged when
+        `calibrate` is off (the online phase, whose new transitions have no Monte-Carlo return yet)."""
+        if not self.cfg.calibrate and "mc_returns" not in batch:
+            return q_current, q_next, {}
         if "mc_returns" not in batch:
             raise ConfigError("Cal-QL needs batch['mc_returns'], the Monte-Carlo return-to-go of each transition "
                               "(robolearn.algos.calql.return_to_go)")

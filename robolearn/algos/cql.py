@@ -32,7 +32,7 @@ import torch
 
 from policies.ensemble import QEnsemble
 from robolearn.algos.offline import OfflineAlgo, adam, check, check_common, make_actor
-from robolearn.algos.sac import polyak_update
+from robolearn.algos.sac import polyak_update, subset_indices
 
 #: alpha' is clipped to at most this (CORL: torch.clamp(exp(log_alpha_prime), 0, 1e6)).
 ALPHA_PRIME_MAX = 1e6
@@ -46,6 +46,9 @@ class CQLConfig:
     actor_layer_norm: bool = False
     critic_layer_norm: bool = False
     num_critics: int = 2               # CORL critic_1, critic_2
+    num_min_critics: int = 0           # the TD target's min runs over this many target critics drawn at random each
+    #                                    step (0: all, as CORL); WSRL pre-trains Cal-QL with 10 critics, min of 2
+    subset_replace: bool = True        # draw them with replacement (WSRL's jax.random.randint) or without
     actor_lr: float = 3e-5             # CORL policy_lr: 3e-5 (antmaze 1e-4)
     critic_lr: float = 3e-4            # CORL qf_lr: 3e-4 (also alpha' 's learning rate)
     temperature_lr: float = 3e-5       # CORL: the temperature's Adam uses policy_lr
@@ -77,6 +80,8 @@ class CQLConfig:
         check(self.cql_temp > 0, f"{name}.cql_temp must be > 0, got {self.cql_temp}")
         check(self.init_temperature > 0, f"{name}.init_temperature must be > 0, got {self.init_temperature}")
         check(self.bc_steps >= 0, f"{name}.bc_steps must be >= 0, got {self.bc_steps}")
+        check(0 <= self.num_min_critics and (self.subset_replace or self.num_min_critics <= self.num_critics),
+              f"{name}.num_min_critics must be in [0, num_critics] (0: all), got {self.num_min_critics}")
         lo, hi = self.cql_clip_diff_min, self.cql_clip_diff_max
         check(lo is None or hi is None or lo <= hi,
               f"{name}.cql_clip_diff_min ({lo}) must be <= cql_clip_diff_max ({hi})")
@@ -127,7 +132,8 @@ class CQL(OfflineAlgo):
         """Every random number of one update: standard normals for pi's samples, uniform random actions.
 
         "target" [B, A] ([B, n, A] with max-target backup): a' ~ pi(s'); "random" [B, n, A] uniform in
-        [-1, 1]; "current" / "next" [B, n, A]: pi's samples at s and s' for the logsumexp; "actor" [B, A].
+        [-1, 1]; "current" / "next" [B, n, A]: pi's samples at s and s' for the logsumexp; "actor" [B, A];
+        "subset" [M]: the target critics whose min is the TD target (all of them unless `num_min_critics`).
         """
         b, n, a = batch_size, self.cfg.cql_n_actions, self.num_actions
 
@@ -136,8 +142,13 @@ class CQL(OfflineAlgo):
 
         target = normal(b, n, a) if self.cfg.cql_max_target_backup else normal(b, a)
         random = torch.rand((b, n, a), generator=generator, device=self.device) * 2.0 - 1.0
+        cfg = self.cfg
+        if cfg.num_min_critics:
+            subset = subset_indices(cfg.num_critics, cfg.num_min_critics, cfg.subset_replace, generator, self.device)
+        else:
+            subset = torch.arange(cfg.num_critics, device=self.device)
         return {"target": target, "random": random, "current": normal(b, n, a), "next": normal(b, n, a),
-                "actor": normal(b, a)}
+                "actor": normal(b, a), "subset": subset}
 
     def _sample_many(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """pi's samples [B, n, A] at each of obs [B, D] from noise [B, n, A], with their log-probs [B, n]."""
@@ -153,16 +164,19 @@ class CQL(OfflineAlgo):
 
     # --- losses ---------------------------------------------------------------------------------
     @torch.no_grad()
-    def target(self, batch: dict[str, Any], noise: torch.Tensor) -> torch.Tensor:
-        """[B] r + discount * (min_i Q'_i(s', a') [- alpha log pi(a'|s')]), a' ~ pi(s') (max over n with max backup)."""
+    def target(self, batch: dict[str, Any], noise: torch.Tensor, subset: torch.Tensor | None = None) -> torch.Tensor:
+        """[B] r + discount * (min_i Q'_i(s', a') [- alpha log pi(a'|s')]), a' ~ pi(s') (max over n with max backup),
+        the min over the target critics in `subset` (all when None)."""
         next_obs = batch["next_obs"]["policy"]
         if self.cfg.cql_max_target_backup:
             next_actions, next_logp = self._sample_many(next_obs, noise)
-            next_q, best = self._q_many(self.critic_target, next_obs, next_actions).min(0).values.max(-1)
+            q = self._q_many(self.critic_target, next_obs, next_actions)
+            next_q, best = (q if subset is None else q[subset]).min(0).values.max(-1)
             next_logp = next_logp.gather(-1, best.unsqueeze(-1)).squeeze(-1)
         else:
             next_actions, next_logp = self.actor.sample(next_obs, noise=noise)
-            next_q = self.critic_target(next_obs, next_actions).min(0).values
+            q = self.critic_target(next_obs, next_actions)
+            next_q = (q if subset is None else q[subset]).min(0).values
         if self.cfg.backup_entropy:
             next_q = next_q - self.alpha * next_logp
         return self._rewards(batch) + batch["discount"] * next_q
@@ -178,7 +192,8 @@ class CQL(OfflineAlgo):
         cfg = self.cfg
         obs, actions = batch["obs"]["policy"], batch["actions"]
         q = self.critic(obs, actions)                                    # [E, B]
-        td_loss = ((q - self.target(batch, draws["target"])) ** 2).mean(-1).sum()  # sum of each critic's MSE
+        target = self.target(batch, draws["target"], draws.get("subset"))
+        td_loss = ((q - target) ** 2).mean(-1).sum()                      # the sum of each critic's MSE
 
         with torch.no_grad():
             current, current_logp = self._sample_many(obs, draws["current"])

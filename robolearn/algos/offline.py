@@ -145,6 +145,23 @@ class OfflineAlgo:
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return self._optimizers
 
+    # --- online (fine-tuning) -------------------------------------------------------------------
+    # The off-policy learner (`robolearn.runners.off_policy`) drives SAC by `update_critic` per minibatch and counts
+    # `critic_updates`; these let it drive an offline algorithm online too (CORL's finetune scripts, Cal-QL's online
+    # phase), with the replay settings the online config adds (`robolearn.buffers.ReplayConfig`).
+    def update_critic(self, batch: dict[str, Any], generator: torch.Generator | None = None
+                      ) -> dict[str, torch.Tensor]:
+        """One whole `update` (every network) per minibatch, as the off-policy learner asks for."""
+        return self.update(batch, generator)
+
+    @property
+    def critic_updates(self) -> int:
+        return self.updates
+
+    @critic_updates.setter
+    def critic_updates(self, value: int) -> None:
+        self.updates = value
+
     # --- checkpoints ----------------------------------------------------------------------------
     def _networks(self) -> dict[str, nn.Module]:
         """Every network (targets included) by name; the actor as "actor"."""

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from policies.ensemble import QEnsemble, TanhGaussianActor
+from robolearn.buffers import ReplayConfig, check_replay
 from robolearn.errors import ConfigError
 from robolearn.losses import HLGauss
 
@@ -64,7 +65,9 @@ def shaped_rewards(rewards: torch.Tensor, steps: torch.Tensor, gamma: float, sca
 
 
 @dataclasses.dataclass
-class SACConfig:
+class SACConfig(ReplayConfig):
+    # data and schedule: ReplayConfig's fields (utd_ratio, buffer_size, n_step, offline_ratio, learning_starts,
+    # random_warmup)
     # networks
     actor_hidden: tuple[int, ...] = (256, 256)
     critic_hidden: tuple[int, ...] = (256, 256)
@@ -83,7 +86,6 @@ class SACConfig:
     batch_size: int = 256
     gamma: float = 0.99
     tau: float = 0.005
-    utd_ratio: float = 1.0        # critic updates per environment transition collected
     actor_every: int = 1          # one actor (and temperature) update per this many critic updates;
     #                               0: per round(utd_ratio) of them, i.e. one per transition (RLPD, REDQ)
     # entropy
@@ -96,12 +98,7 @@ class SACConfig:
     hl_bins: int = 101
     v_min: float = -100.0
     v_max: float = 100.0
-    # data
-    n_step: int = 1
-    buffer_size: int = 1_000_000
-    offline_ratio: float = 0.0    # fraction of each batch drawn from an offline buffer (RLPD: 0.5)
-    learning_starts: int = 5000   # env transitions collected before the first update
-    random_warmup: bool = True    # uniform random actions until learning_starts (off: use the actor, as WSRL)
+    # rewards
     reward_scale: float = 1.0
     reward_bias: float = 0.0
     # execution
@@ -113,10 +110,9 @@ class SACConfig:
                               f"({self.num_critics})] when drawn without replacement")
         if self.actor_q not in ACTOR_Q:
             raise ConfigError(f"actor_q must be one of {', '.join(map(repr, ACTOR_Q))}, got {self.actor_q!r}")
-        if self.utd_ratio <= 0 or self.actor_every < 0 or self.batch_size < 1:
-            raise ConfigError("need utd_ratio > 0, actor_every >= 0 and batch_size >= 1")
-        if not 0.0 <= self.offline_ratio <= 1.0:
-            raise ConfigError(f"offline_ratio must be in [0, 1], got {self.offline_ratio}")
+        if self.actor_every < 0 or self.batch_size < 1:
+            raise ConfigError("need actor_every >= 0 and batch_size >= 1")
+        check_replay(self)
 
 
 def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:

@@ -8,6 +8,7 @@ generator (PPO's `torch.distributions` actions) draws from it, and `torch.get_rn
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from collections import deque
 from pathlib import Path
@@ -106,6 +107,41 @@ class RunnerBase:
         self.finished_returns = deque(tensors["episodes.finished_returns"].tolist(), maxlen=RETURN_WINDOW)
         self.finished_lengths = deque(tensors["episodes.finished_lengths"].tolist(), maxlen=RETURN_WINDOW)
         self.iteration, self.env_steps, self.wall_s = meta["iteration"], meta["env_steps"], meta["wall_s"]
+
+
+@torch.no_grad()
+def evaluate_policy(env: Any, algo: Any, seed: int, reference: tuple[float, float] | None) -> dict[str, float]:
+    """Mean return of `algo`'s deterministic policy over one whole episode per env of `env`, re-seeded with `seed`
+    first (callers derive it from their step counter, so a resumed run evaluates on the same starts), and the
+    normalised score 100 * (R - random) / (reference - random) when `reference` = (random, reference) is known."""
+    start = time.perf_counter()
+    env.reset(seed=seed)
+    obs = env.get_observations()
+    n = env.num_envs
+    total = torch.zeros(n, dtype=torch.float64)
+    running = torch.ones(n, dtype=torch.bool)
+    while bool(running.any()):
+        obs, rewards, dones, _ = env.step(algo.act(obs, deterministic=True).to(env.device))
+        total += rewards.double().cpu() * running
+        running &= ~dones.bool().cpu()
+    out = {"eval/return": float(total.mean()), "eval/return_std": float(total.std()) if n > 1 else 0.0,
+           "eval/seconds": time.perf_counter() - start}
+    if reference is not None:
+        lo, hi = reference
+        out["eval/normalized_score"] = 100.0 * (out["eval/return"] - lo) / (hi - lo)
+    return out
+
+
+def task_reference(task: str) -> tuple[float, float] | None:
+    """(random, reference) returns of a registered task, to normalise scores by; None when unknown or equal."""
+    from sim.errors import UnknownTaskError
+    from sim.tasks import spec
+
+    try:
+        s = spec(task)
+    except UnknownTaskError:
+        return None
+    return (s.random_return, s.reference_return) if s.reference_return != s.random_return else None
 
 
 def device_generator(device: torch.device) -> torch.Generator | None:

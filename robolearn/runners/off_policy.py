@@ -24,9 +24,9 @@ import torch
 
 from robolearn import checkpoint
 from robolearn.algos.sac import SAC
-from robolearn.buffers import ReplayBuffer, sample_mixed
-from robolearn.errors import CheckpointError
-from robolearn.runners.base import RunnerBase, progress_bar, restore_rng, rng_state
+from robolearn.buffers import ReplayBuffer, check_replay, sample_mixed
+from robolearn.errors import CheckpointError, ConfigError
+from robolearn.runners.base import RunnerBase, evaluate_policy, progress_bar, restore_rng, rng_state
 
 
 @dataclasses.dataclass
@@ -36,7 +36,9 @@ class OffPolicyRunConfig:
     recipe: str = "sac"             # the preset's name, for run directories and logs
     steps_per_iteration: int = 50   # vec-env steps per logged iteration
     env_steps: int = 200_000        # training length; `iterations` is derived from it unless given
-    offline_data: str | None = None  # a robolearn episode folder mixed into every batch at algo.offline_ratio
+    offline_data: str | None = None  # a dataset (any format) mixed into every batch at algo.offline_ratio
+    eval_every: int = 0             # env steps between evaluations of the deterministic policy (0: none)
+    eval_episodes: int = 10         # episodes per evaluation, one per env of a separate evaluation VecEnv
 
 
 
@@ -79,6 +81,7 @@ class OffPolicyLearner:
     """
 
     def __init__(self, algo: SAC, buffer: Replay, offline: ReplayBuffer | None, generator: torch.Generator):
+        check_replay(algo.cfg)
         self.algo, self.buffer, self.offline, self.generator = algo, buffer, offline, generator
         self.updates = 0
         self.update_debt = 0.0
@@ -149,9 +152,16 @@ class OffPolicyRunner(RunnerBase):
 
     def __init__(self, env: Any, algo: SAC, run_dir: str | Path, config: dict[str, Any], seed: int = 0,
                  progress: bool = True, steps_per_iteration: int = OffPolicyRunConfig.steps_per_iteration,
-                 offline: ReplayBuffer | None = None):
+                 offline: ReplayBuffer | None = None, eval_env: Any = None, eval_every: int = 0,
+                 reference: tuple[float, float] | None = None):
+        """`eval_env`: a separate VecEnv on which the deterministic policy plays one episode per env every
+        `eval_every` env steps (and before the first step, so a fine-tuning run logs where it starts), logging
+        `eval/return` and, with `reference` = (random, reference) returns, `eval/normalized_score`."""
         super().__init__(env, run_dir, config, seed, algo.device, progress)
         self.steps_per_iteration = steps_per_iteration
+        self.eval_env, self.eval_every, self.reference, self.seed = eval_env, eval_every, reference, seed
+        if eval_every < 0 or (eval_every and eval_env is None):
+            raise ConfigError("eval_every must be >= 0, and an evaluation needs eval_env")
         cfg = algo.cfg
         dims = {k: v[0] for k, v in env.observation_shapes.items() if k in ("policy", "critic")}
         buffer = ReplayBuffer(max(cfg.buffer_size, env.num_envs), env.num_envs, dims, env.num_actions,
@@ -181,8 +191,13 @@ class OffPolicyRunner(RunnerBase):
         obs = self.env.get_observations().to(self.device)
         bar = progress_bar(self.progress, type(self.algo).__name__, iterations, self.iteration)
         try:
+            if self.eval_every and self.iteration == 0 and iterations > 0:  # the starting policy's score
+                row = {"iteration": 0, "env_steps": 0, "updates": 0, **self._episode_stats(), **self.evaluate()}
+                rows.append(row)
+                self._log(row)
             while self.iteration < iterations:
                 start = time.perf_counter()
+                before = self.env_steps
                 obs, log, update_s, updates = self._iteration(obs)
                 elapsed = time.perf_counter() - start
                 self.iteration += 1
@@ -192,6 +207,9 @@ class OffPolicyRunner(RunnerBase):
                        "env_steps_per_s": steps / elapsed,
                        "updates_per_s": updates / update_s if update_s > 0 else 0.0,
                        "wall_s": round(self.wall_s, 3), **self._episode_stats(), **log}
+                if self.eval_every and (self.env_steps // self.eval_every > before // self.eval_every
+                                        or self.iteration == iterations):
+                    row.update(self.evaluate())
                 rows.append(row)
                 self._log(row)
                 if bar is not None:
@@ -212,7 +230,7 @@ class OffPolicyRunner(RunnerBase):
                 actions = torch.rand(self.env.num_envs, self.env.num_actions, generator=self.generator,
                                      device=self.device) * 2 - 1
             else:
-                actions = self.algo.act(obs, generator=self.generator)
+                actions = self.algo.act(obs, deterministic=False, generator=self.generator)
             next_obs, rewards, dones, extras = self.env.step(actions)
             next_obs, rewards, dones = next_obs.to(self.device), rewards.to(self.device), dones.to(self.device)
             terminated = extras["terminated"].to(self.device)
@@ -230,6 +248,10 @@ class OffPolicyRunner(RunnerBase):
                     torch.cuda.synchronize(self.device)
                 update_s += time.perf_counter() - start
         return obs, stats.means(), update_s, updates
+
+    def evaluate(self) -> dict[str, float]:
+        """The deterministic policy on the evaluation envs (`evaluate_policy`), seeded by env step."""
+        return evaluate_policy(self.eval_env, self.algo, self.seed + 1 + self.env_steps, self.reference)
 
     # --- checkpoints ---------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:

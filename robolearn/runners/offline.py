@@ -25,7 +25,7 @@ import torch
 
 from robolearn import checkpoint
 from robolearn.errors import CheckpointError, ConfigError
-from robolearn.runners.base import RunnerBase, progress_bar, restore_rng, rng_state
+from robolearn.runners.base import RunnerBase, evaluate_policy, progress_bar, restore_rng, rng_state, task_reference
 from robolearn.runners.off_policy import Means
 
 
@@ -98,26 +98,9 @@ class OfflineRunner(RunnerBase):
         super()._log(row)
         self.env_steps = 0
 
-    @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Mean return of the deterministic policy over one episode per env (envs re-seeded per evaluation, so a
-        resumed run evaluates on the same starts), and its normalised score."""
-        start = time.perf_counter()
-        self.env.reset(seed=self.seed + 1 + self.gradient_steps)  # by step: the same starts however often it ran
-        obs = self.env.get_observations()
-        n = self.env.num_envs
-        total = torch.zeros(n, dtype=torch.float64)
-        running = torch.ones(n, dtype=torch.bool)
-        while bool(running.any()):
-            obs, rewards, dones, _ = self.env.step(self.algo.act(obs, deterministic=True).to(self.env.device))
-            total += rewards.double().cpu() * running
-            running &= ~dones.bool().cpu()
-        out = {"eval/return": float(total.mean()), "eval/return_std": float(total.std()) if n > 1 else 0.0,
-               "eval/seconds": time.perf_counter() - start}
-        if self.reference is not None:
-            lo, hi = self.reference
-            out["eval/normalized_score"] = 100.0 * (out["eval/return"] - lo) / (hi - lo)
-        return out
+        """The deterministic policy's mean return and normalised score (`evaluate_policy`), envs seeded by step."""
+        return evaluate_policy(self.env, self.algo, self.seed + 1 + self.gradient_steps, self.reference)
 
     # --- checkpoints ---------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
@@ -169,11 +152,4 @@ def reference_returns(data: Any, task: str) -> tuple[float, float] | None:
     lo, hi = data.metadata.get("ref_min_score"), data.metadata.get("ref_max_score")
     if lo is not None and hi is not None and hi != lo:
         return float(lo), float(hi)
-    from sim.errors import UnknownTaskError
-    from sim.tasks import spec
-
-    try:
-        s = spec(task)
-    except UnknownTaskError:  # an unregistered task: no normalisation
-        return None
-    return (s.random_return, s.reference_return) if s.reference_return != s.random_return else None
+    return task_reference(task)
