@@ -279,12 +279,16 @@ def finetune(overrides: Sequence[str]) -> Path:
         run = _checkpoint_run(cfg.checkpoint)
         dataset = dataset or run.get("dataset")
         task = task or (run.get("env") or {}).get("name")
-    if task is None:
+    reference = None
+    if dataset is not None:  # its task, and its reference returns (measured at its episode length)
         from robolearn.data.formats import load_dataset
 
-        task = load_dataset(resolve_dataset(dataset)).metadata.get("task")
-        if not task:
-            raise ConfigError(f"dataset {dataset} names no task: pass env=<task>")
+        meta = load_dataset(resolve_dataset(dataset)).metadata
+        task = task or meta.get("task")
+        lo, hi = meta.get("ref_min_score"), meta.get("ref_max_score")
+        reference = [float(lo), float(hi)] if lo is not None and hi is not None and lo != hi else None
+    if task is None:
+        raise ConfigError(f"dataset {dataset} names no task: pass env=<task>")
     out = Path(cfg.run_dir or f"runs/{task}-{cfg.algo}-finetune-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     common = [f"seed={cfg.seed}", f"device={cfg.device}", f"progress={str(cfg.progress).lower()}"]
@@ -302,6 +306,8 @@ def finetune(overrides: Sequence[str]) -> Path:
     online = [*method.online, f"env={task}", *common, f"algo.env_steps={cfg.online_steps}",
               f"algo.eval_every={cfg.eval_every}", f"algo.eval_episodes={cfg.eval_episodes}",
               f"video={str(cfg.video).lower()}"]
+    if reference is not None:
+        online.append(f"algo.eval_reference=[{reference[0]!r},{reference[1]!r}]")
     if init is not None:
         online.append(f"init={init}")
     if method.retain_data:

@@ -122,7 +122,6 @@ def make_runner(env: Any, cfg: dict[str, Any], run_dir: Path, seed: int):
 
         return OnPolicyRunner(env, PPO.for_env(env, algo_cfg, device), run_dir, cfg, seed=seed,
                               progress=cfg["progress"])
-    from robolearn.runners.base import task_reference
     from robolearn.runners.off_policy import OffPolicyRunner
 
     name = cfg["algo"]["name"]
@@ -140,7 +139,19 @@ def make_runner(env: Any, cfg: dict[str, Any], run_dir: Path, seed: int):
         eval_env = make_env(cfg["env"], seed + 1, num_envs=run_cfg.eval_episodes)
     return OffPolicyRunner(env, algo, run_dir, cfg, seed=seed, progress=cfg["progress"],
                            steps_per_iteration=run_cfg.steps_per_iteration, offline=offline, eval_env=eval_env,
-                           eval_every=run_cfg.eval_every, reference=task_reference(env.task.name))
+                           eval_every=run_cfg.eval_every, reference=_reference(run_cfg, env.task.name))
+
+
+def _reference(run_cfg: Any, task: str) -> tuple[float, float] | None:
+    """The (random, reference) returns online evaluations are normalised by: `algo.eval_reference`, else the task's."""
+    from robolearn.runners.base import task_reference
+
+    given = run_cfg.eval_reference
+    if given is None:
+        return task_reference(task)
+    if len(given) != 2 or float(given[0]) == float(given[1]):
+        raise ConfigError(f"algo.eval_reference must be [random, reference] returns that differ, got {given}")
+    return float(given[0]), float(given[1])
 
 
 def _offline_learner(name: str) -> type:

@@ -39,6 +39,8 @@ class OffPolicyRunConfig:
     offline_data: str | None = None  # a dataset (any format) mixed into every batch at algo.offline_ratio
     eval_every: int = 0             # env steps between evaluations of the deterministic policy (0: none)
     eval_episodes: int = 10         # episodes per evaluation, one per env of a separate evaluation VecEnv
+    eval_reference: list[float] | None = None  # [random, reference] returns that normalise the evaluations' score
+    #                                            (a dataset's, for its episode length); null: the task's
 
 
 

@@ -1,0 +1,174 @@
+"""Offline-to-online fine-tuning: `train init=` warm-starts the online learner from an offline checkpoint, WSRL's
+warm-up fills an empty buffer with the pre-trained policy's actions and no offline data is sampled afterwards,
+`robolearn finetune` improves a pre-trained policy online and reports the O2O metrics, a fine-tuning run stopped
+mid-way resumes exactly, and the errors say what to fix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from robolearn import checkpoint
+from robolearn.buffers import ReplayBuffer
+from robolearn.collect import CollectConfig, collect
+from robolearn.config import EnvConfig, compose, make_env
+from robolearn.data.formats import save_dataset
+from robolearn.errors import CheckpointError, ConfigError
+from robolearn.finetune import finetune, o2o_metrics, o2o_table, warm_start
+from robolearn.runners.off_policy import OffPolicyLearner, OffPolicyRunner
+from robolearn.train import make_runner, resolve_run, train
+
+EP = "+env.overrides.episode_length=200"
+SMALL = ["algo.actor_hidden=[64,64]", "algo.critic_hidden=[64,64]", "algo.batch_size=128"]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """A weak behaviour on cartpole-balance (the reference controller with N(0, 1) action noise), 16 episodes of 200
+    steps; its reference returns are measured at that length."""
+    env = EnvConfig("cartpole-balance", num_envs=8, backend="mujoco", overrides={"episode_length": 200})
+    data = collect(CollectConfig(env=env, kind="expert", policy="reference", noise=1.0, episodes=16, progress=False,
+                                 ref_episodes=8))
+    return save_dataset(data, tmp_path_factory.mktemp("data") / "cartpole-balance-noisy-v0", "robolearn")
+
+
+@pytest.fixture(scope="module")
+def pretrained(dataset, tmp_path_factory):
+    """100 gradient steps of Cal-QL with 4 LayerNorm critics (WSRL's pre-training, small)."""
+    run = tmp_path_factory.mktemp("offline") / "calql"
+    train(["algo=calql", f"dataset={dataset}", EP, *SMALL, "algo.num_critics=4", "algo.num_min_critics=2",
+           "algo.critic_layer_norm=true", "algo.actor_layer_norm=true", "algo.gradient_steps=100",
+           "algo.log_every=50", "algo.eval_every=100", "algo.eval_episodes=4", f"run_dir={run}", "video=false",
+           "progress=false"])
+    return run
+
+
+def test_warm_start_and_the_wsrl_warm_up(pretrained, tmp_path):
+    """The online learner starts from the checkpoint (its 4 critics, not the preset's 10); during the warm-up the
+    buffer fills with the pre-trained policy's sampled actions and no update runs; no offline buffer exists."""
+    cfg = compose("train", ["env=cartpole-balance", "algo=wsrl", EP, *SMALL, f"init={pretrained}",
+                            "algo.learning_starts=160", "algo.steps_per_iteration=10", "video=false", "progress=false"])
+    cfg["dataset"] = None
+    cfg = resolve_run(cfg)
+    assert cfg["algo"]["num_critics"] == 4 and cfg["algo"]["offline_ratio"] == 0.0
+    env = make_env(cfg["env"], seed=0)
+    runner = make_runner(env, cfg, tmp_path, seed=0)
+    assert warm_start(runner.algo, pretrained) == ["actor", "critic", "critic_target", "log_alpha"]
+    _, saved = checkpoint.load(pretrained / "checkpoints" / "final")
+    state = runner.algo.model_state()
+    assert all(torch.equal(state[k], saved[k]) for k in state if k.split(".")[0] in ("actor", "critic"))
+    acted = []
+    act = runner.algo.act
+
+    def spy(obs, deterministic=False, generator=None):
+        acted.append((deterministic, act(obs, deterministic=deterministic, generator=generator)))
+        return acted[-1][1]
+
+    runner.algo.act = spy
+    runner.learn(2)  # 2 x 10 steps x 8 envs = the 160 warm-up transitions
+    assert runner.updates == 0 and len(runner.buffer) == 160 and runner.offline is None
+    assert not any(det for det, _ in acted)  # sampled, as WSRL's finetune.py, never random
+    assert torch.equal(runner.buffer.actions[:20], torch.stack([a for _, a in acted]))
+    runner.learn(3)  # past the warm-up: updates from the online buffer only
+    assert runner.updates > 0
+    env.close()
+
+
+def test_no_offline_sample_at_ratio_zero(pretrained):
+    """With offline_ratio 0 the learner never draws from an offline buffer, even if one is given."""
+    from robolearn.algos.sac import SAC, SACConfig
+
+    class Untouchable(ReplayBuffer):
+        def sample(self, *args, **kwargs):
+            raise AssertionError("offline data sampled")
+
+    algo = SAC(3, 3, 1, SACConfig(actor_hidden=(8,), critic_hidden=(8,), batch_size=4, learning_starts=0))
+    online = ReplayBuffer(64, 1, {"policy": 3}, 1)
+    offline = Untouchable(64, 1, {"policy": 3}, 1)
+    for _ in range(8):
+        online.add({"policy": torch.randn(1, 3)}, torch.rand(1, 1), torch.ones(1), {"policy": torch.randn(1, 3)},
+                   torch.zeros(1), torch.zeros(1))
+    learner = OffPolicyLearner(algo, online, offline, torch.Generator().manual_seed(0))
+    assert learner.collected(8, 8) and learner.update() == 8
+
+
+def test_finetune_improves_a_pretrained_policy_and_reports(dataset, pretrained, tmp_path):
+    """WSRL from the weak checkpoint: the deterministic policy's score rises online (measured 8.8 -> 97.5 on
+    3200 env steps at UTD 4; here 2400 at UTD 2); o2o.json holds the metrics, the bench reads them."""
+    out = tmp_path / "wsrl"
+    finetune(["algo=wsrl", f"checkpoint={pretrained}", f"run_dir={out}", "online_steps=2400", "eval_every=800",
+              "eval_episodes=8", "progress=false", f'online=["{EP}","algo.learning_starts=400",'
+              '"algo.utd_ratio=2","algo.batch_size=128"]'])
+    metrics = json.loads((out / "o2o.json").read_text())
+    assert metrics["final_score"] > metrics["start_score"] + 30, metrics
+    assert metrics["offline_score"] is not None and metrics["dataset"] == str(dataset)
+    online = json.loads((out / "online" / "config.yaml").read_text())
+    assert online["algo"]["offline_data"] is None and online["algo"]["offline_ratio"] == 0.0  # WSRL keeps no data
+    from robolearn.bench import read_score
+
+    record = read_score(out)
+    assert record["score"] == metrics["final_score"] and record["o2o"]["algo"] == "wsrl"
+    cells = [{**record, "algo": "wsrl", "dataset": "cp", "seed": 0}]
+    assert o2o_table(cells, ["wsrl"], ["cp"])[-1].startswith("| wsrl | cp | ")
+
+
+def test_resume_mid_finetune_is_exact(dataset, pretrained, tmp_path, monkeypatch):
+    """Cal-QL online (calibration off, 50/50 with the retained dataset), stopped after 3 iterations and run again:
+    the same networks and metrics as an uninterrupted run."""
+    args = ["algo=calql", f"checkpoint={pretrained}", "online_steps=480", "eval_every=160", "eval_episodes=2",
+            "progress=false", f'online=["{EP}","algo.steps_per_iteration=10","checkpoint_interval=1",'
+            '"algo.batch_size=64"]']
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    finetune([*args, f"run_dir={straight}"])
+    calls = {"n": 0}
+    iteration = OffPolicyRunner._iteration
+
+    def crash(self, obs):
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise KeyboardInterrupt("stopped")
+        return iteration(self, obs)
+
+    monkeypatch.setattr(OffPolicyRunner, "_iteration", crash)
+    with pytest.raises(KeyboardInterrupt):
+        finetune([*args, f"run_dir={split}"])
+    monkeypatch.setattr(OffPolicyRunner, "_iteration", iteration)
+    finetune([*args, f"run_dir={split}"])
+    _, a = checkpoint.load(straight / "online" / "checkpoints" / "final")
+    _, b = checkpoint.load(split / "online" / "checkpoints" / "final")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    ma, mb = (json.loads((d / "o2o.json").read_text()) for d in (straight, split))
+    assert {k: v for k, v in ma.items() if k != "init"} == {k: v for k, v in mb.items() if k != "init"}
+    config = json.loads((split / "online" / "config.yaml").read_text())
+    assert config["algo"]["offline_ratio"] == 0.5 and config["algo"]["offline_data"]  # Cal-QL keeps its data
+
+
+def test_o2o_metrics_by_hand():
+    curve = [(0, 40.0), (1000, 20.0), (2000, 35.0), (5000, 60.0), (10000, 80.0)]
+    m = o2o_metrics(curve, online_steps=10000, offline_score=42.0)
+    assert m["start_score"] == 40.0 and m["initial_dip"] == -20.0  # the worst of the first 1000 steps
+    assert m["steps_to_90"] == 10000.0 and m["final_score"] == 80.0  # 72 first reached at the end
+    assert m["cumulative_regret"] == pytest.approx(sum(1 - v / 100 for v in (20, 35, 60, 80)) / 4)
+    assert o2o_metrics([(0, 10.0), (500, 95.0), (1000, 100.0)], 1000)["steps_to_90"] == 500.0
+    with pytest.raises(ConfigError, match="eval_every"):
+        o2o_metrics([], 1000)
+
+
+def test_errors(dataset, pretrained, tmp_path):
+    with pytest.raises(ConfigError, match="not an O2O method"):
+        finetune(["algo=ppo", f"dataset={dataset}"])
+    with pytest.raises(ConfigError, match="dataset=<path or name>"):
+        finetune(["algo=wsrl"])
+    with pytest.raises(ConfigError, match="no offline phase"):
+        finetune(["algo=rlpd", f"checkpoint={pretrained}"])
+    with pytest.raises(CheckpointError, match="neither a checkpoint"):
+        train(["env=cartpole-balance", "algo=wsrl", f"init={tmp_path}", "video=false", "progress=false"])
+    with pytest.raises(ConfigError, match="leave dataset= out"):
+        train(["algo=calql", f"dataset={dataset}", f"init={pretrained}", "video=false", "progress=false"])
+    td3_bc = tmp_path / "td3_bc"
+    train(["algo=td3_bc", f"dataset={dataset}", EP, "algo.gradient_steps=10", "algo.log_every=10",
+           "algo.eval_every=10", "algo.eval_episodes=2", f"run_dir={td3_bc}", "video=false", "progress=false"])
+    with pytest.raises(CheckpointError, match="deterministic"):  # a TD3+BC actor cannot start SAC
+        train(["env=cartpole-balance", "algo=wsrl", f"init={td3_bc}", "video=false", "progress=false"])
