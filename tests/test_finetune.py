@@ -117,7 +117,7 @@ def test_finetune_improves_a_pretrained_policy_and_reports(dataset, pretrained, 
 def test_resume_mid_finetune_is_exact(dataset, pretrained, tmp_path, monkeypatch):
     """Cal-QL online (calibration off, 50/50 with the retained dataset), stopped after 3 iterations and run again:
     the same networks and metrics as an uninterrupted run."""
-    args = ["algo=calql", f"checkpoint={pretrained}", "online_steps=480", "eval_every=160", "eval_episodes=2",
+    args = ["algo=calql", f"checkpoint={pretrained}", "online_steps=400", "eval_every=160", "eval_episodes=2",
             "progress=false", f'online=["{EP}","algo.steps_per_iteration=10","checkpoint_interval=1",'
             '"algo.batch_size=64"]']
     straight, split = tmp_path / "straight", tmp_path / "split"
@@ -127,7 +127,7 @@ def test_resume_mid_finetune_is_exact(dataset, pretrained, tmp_path, monkeypatch
 
     def crash(self, obs):
         calls["n"] += 1
-        if calls["n"] > 3:
+        if calls["n"] > 3:  # of 5 iterations
             raise KeyboardInterrupt("stopped")
         return iteration(self, obs)
 
