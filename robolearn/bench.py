@@ -17,6 +17,9 @@ A suite (`configs/bench/<name>.yaml`, or any YAML file) lists `algos` and `datas
     seeds: [0, 1, 2, 3, 4]
     overrides: [algo.env_steps=100000]
 
+A suite with `command: finetune` runs `robolearn finetune` per cell instead (offline-to-online: the entries are its
+overrides, the score comes from the online phase and the report adds the O2O metrics of `o2o.json`).
+
 A cell is one `robolearn train` run with `video=false`, then the suite's shared overrides, the algorithm's, the
 dataset's and the command line's `overrides=` (a later one wins), then `seed=`, `run_dir=<out>/runs/<cell>` and
 `progress=false`. Cells run in worker processes (`backend=local`: a spawn process pool, `workers` of them, one

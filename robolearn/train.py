@@ -4,6 +4,9 @@ IQL, CQL, Cal-QL, ReBRAC) on a dataset, as `configs/train.yaml` composes it.
     robolearn train env=pendulum-swingup algo=sac seed=1 algo.batch_size=128
     robolearn train algo=iql dataset=data/d4rl-like/cheetah-run-medium-v0 algo.gradient_steps=100000
     robolearn train resume=runs/<run> iterations=400
+    robolearn train algo=wsrl init=runs/<offline run> env=cheetah-run    # warm start (robolearn.finetune)
+
+Without `dataset=` an offline algorithm but BC learns online, as SAC does (fine-tuning: `robolearn finetune`).
 
 A run directory holds the resolved `config.yaml`, `metrics.jsonl`, TensorBoard events, checkpoints,
 `learning_curve.png` and a video of the final policy (see the runners).
