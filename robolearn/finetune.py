@@ -102,7 +102,9 @@ def adopt_architecture(algo: dict[str, Any], path: str | Path) -> dict[str, tupl
     config, _ = checkpoint.load(checkpoint_dir(path))
     name, settings = source_settings(config.get("policy") or {})
     deterministic = name == "td3" or (config["policy"].get("actor") == "deterministic")
-    if deterministic != (algo.get("name") in ("td3", "td3_bc", "rebrac")):
+    kind = algo.get("actor")  # IQL and BC name their actor; TD3, TD3+BC and ReBRAC have a deterministic one
+    wants = kind == "deterministic" if kind else algo.get("name") in ("td3", "td3_bc", "rebrac")
+    if deterministic != wants:
         raise CheckpointError(f"the checkpoint's actor ({name}) is {'deterministic' if deterministic else 'stochastic'}"
                               f"; algo={algo.get('name')} needs a {'stochastic' if deterministic else 'deterministic'}"
                               " one: fine-tune it with " + ("algo=td3" if deterministic else "a SAC-family algo"))
@@ -289,6 +291,11 @@ def finetune(overrides: Sequence[str]) -> Path:
         reference = [float(lo), float(hi)] if lo is not None and hi is not None and lo != hi else None
     if task is None:
         raise ConfigError(f"dataset {dataset} names no task: pass env=<task>")
+    from robolearn.runners.base import task_reference
+
+    if reference is None and task_reference(task) is None:
+        raise ConfigError(f"no reference returns to score {task} by (the dataset has no ref_min_score/ref_max_score "
+                          "and the task none): the O2O metrics need normalised scores")
     out = Path(cfg.run_dir or f"runs/{task}-{cfg.algo}-finetune-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     common = [f"seed={cfg.seed}", f"device={cfg.device}", f"progress={str(cfg.progress).lower()}"]

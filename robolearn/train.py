@@ -44,6 +44,11 @@ def resolve_run(cfg: dict[str, Any]) -> dict[str, Any]:
         for key, (was, now) in adopt_architecture(cfg["algo"], cfg["init"]).items():
             print(f"init: algo.{key} = {now} as the checkpoint's (the preset had {was})")
     algo_cfg, run_cfg = algo_config(cfg["algo"], online=is_online(cfg))
+    if is_online(cfg) and cfg["algo"]["name"] in OFFLINE_ALGORITHMS:
+        if getattr(algo_cfg, "calibrate", False):
+            raise ConfigError("algo=calql online needs algo.calibrate=false (CORL switches the calibration off online: "
+                              "new transitions have no Monte-Carlo return)")
+        print(f"algo={cfg['algo']['name']} without dataset=: it learns online (algo.env_steps={run_cfg.env_steps})")
     if not is_online(cfg) and not isinstance(run_cfg, OfflineRunConfig):
         raise ConfigError(f"algo={cfg['algo']['name']} is online: dataset= is for the offline algorithms (online: "
                           "algo.offline_data=)")

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from robolearn import checkpoint
+from robolearn import train as training
 from robolearn.buffers import ReplayBuffer
 from robolearn.collect import CollectConfig, collect
 from robolearn.config import EnvConfig, compose, make_env
@@ -18,7 +19,8 @@ from robolearn.data.formats import save_dataset
 from robolearn.errors import CheckpointError, ConfigError
 from robolearn.finetune import finetune, o2o_metrics, o2o_table, warm_start
 from robolearn.runners.off_policy import OffPolicyLearner, OffPolicyRunner
-from robolearn.train import make_runner, resolve_run, train
+
+train, make_runner, resolve_run = training.train, training.make_runner, training.resolve_run
 
 EP = "+env.overrides.episode_length=200"
 SMALL = ["algo.actor_hidden=[64,64]", "algo.critic_hidden=[64,64]", "algo.batch_size=128"]
@@ -62,14 +64,14 @@ def test_warm_start_and_the_wsrl_warm_up(pretrained, tmp_path):
     acted = []
     act = runner.algo.act
 
-    def spy(obs, deterministic=False, generator=None):
-        acted.append((deterministic, act(obs, deterministic=deterministic, generator=generator)))
+    def spy(obs, deterministic=None, generator=None):  # None: the runner did not say (OfflineAlgo's default: mode)
+        acted.append((deterministic, act(obs, deterministic=bool(deterministic), generator=generator)))
         return acted[-1][1]
 
     runner.algo.act = spy
     runner.learn(2)  # 2 x 10 steps x 8 envs = the 160 warm-up transitions
     assert runner.updates == 0 and len(runner.buffer) == 160 and runner.offline is None
-    assert not any(det for det, _ in acted)  # sampled, as WSRL's finetune.py, never random
+    assert all(det is False for det, _ in acted)  # sampled, as WSRL's finetune.py, never random
     assert torch.equal(runner.buffer.actions[:20], torch.stack([a for _, a in acted]))
     runner.learn(3)  # past the warm-up: updates from the online buffer only
     assert runner.updates > 0
@@ -96,10 +98,10 @@ def test_no_offline_sample_at_ratio_zero(pretrained):
 
 def test_finetune_improves_a_pretrained_policy_and_reports(dataset, pretrained, tmp_path):
     """WSRL from the weak checkpoint: the deterministic policy's score rises online (measured 8.8 -> 97.5 on
-    3200 env steps at UTD 4; here 2400 at UTD 2); o2o.json holds the metrics, the bench reads them."""
+    3200 env steps at UTD 4; here 8.8 -> 52 on 1600 at UTD 2); o2o.json holds the metrics, the bench reads them."""
     out = tmp_path / "wsrl"
-    finetune(["algo=wsrl", f"checkpoint={pretrained}", f"run_dir={out}", "online_steps=2400", "eval_every=800",
-              "eval_episodes=8", "progress=false", f'online=["{EP}","algo.learning_starts=400",'
+    finetune(["algo=wsrl", f"checkpoint={pretrained}", f"run_dir={out}", "online_steps=1600", "eval_every=800",
+              "eval_episodes=8", "progress=false", f'online=["{EP}","algo.learning_starts=320",'
               '"algo.utd_ratio=2","algo.batch_size=128"]'])
     metrics = json.loads((out / "o2o.json").read_text())
     assert metrics["final_score"] > metrics["start_score"] + 30, metrics
@@ -115,11 +117,11 @@ def test_finetune_improves_a_pretrained_policy_and_reports(dataset, pretrained, 
 
 
 def test_resume_mid_finetune_is_exact(dataset, pretrained, tmp_path, monkeypatch):
-    """Cal-QL online (calibration off, 50/50 with the retained dataset), stopped after 3 iterations and run again:
+    """Cal-QL online (calibration off, 50/50 with the retained dataset), stopped after 2 iterations and run again:
     the same networks and metrics as an uninterrupted run."""
-    args = ["algo=calql", f"checkpoint={pretrained}", "online_steps=400", "eval_every=160", "eval_episodes=2",
+    args = ["algo=calql", f"checkpoint={pretrained}", "online_steps=240", "eval_every=160", "eval_episodes=2",
             "progress=false", f'online=["{EP}","algo.steps_per_iteration=10","checkpoint_interval=1",'
-            '"algo.batch_size=64"]']
+            '"algo.batch_size=64","algo.cql_n_actions=3"]']
     straight, split = tmp_path / "straight", tmp_path / "split"
     finetune([*args, f"run_dir={straight}"])
     calls = {"n": 0}
@@ -127,7 +129,7 @@ def test_resume_mid_finetune_is_exact(dataset, pretrained, tmp_path, monkeypatch
 
     def crash(self, obs):
         calls["n"] += 1
-        if calls["n"] > 3:  # of 5 iterations
+        if calls["n"] > 2:  # of 3 iterations
             raise KeyboardInterrupt("stopped")
         return iteration(self, obs)
 
@@ -143,6 +145,32 @@ def test_resume_mid_finetune_is_exact(dataset, pretrained, tmp_path, monkeypatch
     assert {k: v for k, v in ma.items() if k != "init"} == {k: v for k, v in mb.items() if k != "init"}
     config = json.loads((split / "online" / "config.yaml").read_text())
     assert config["algo"]["offline_ratio"] == 0.5 and config["algo"]["offline_data"]  # Cal-QL keeps its data
+
+
+def test_ro2o_offline_then_online(dataset, tmp_path, monkeypatch):
+    """`robolearn finetune algo=ro2o`: RO2O pre-trains on the dataset, then the same learner collects with sampled
+    actions and keeps learning online with lambda frozen at its minimum."""
+    from robolearn.algos.ro2o import RO2O
+
+    asked = []
+    act = RO2O.act
+
+    def spy(self, obs, deterministic=None, generator=None):
+        asked.append(deterministic)
+        return act(self, obs, deterministic=True if deterministic is None else deterministic, generator=generator)
+
+    monkeypatch.setattr(RO2O, "act", spy)
+    out = tmp_path / "ro2o"
+    finetune(["algo=ro2o", f"dataset={dataset}", "offline_steps=40", "online_steps=320", "eval_every=160",
+              "eval_episodes=2", f"run_dir={out}", "progress=false",
+              f'offline=["{EP}","algo.actor_hidden=[32,32]","algo.critic_hidden=[32,32]","algo.num_critics=3",'
+              '"algo.sample_size=4","algo.log_every=20","algo.eval_every=40","algo.eval_episodes=2","algo.batch_size=64"]',
+              f'online=["{EP}","algo.learning_starts=160","algo.steps_per_iteration=10","algo.batch_size=64"]'])
+    assert None not in asked and False in asked  # collection samples, evaluation takes the mode
+    rows = [json.loads(line) for line in (out / "online" / "metrics.jsonl").read_text().splitlines()]
+    lambdas = [r["ood_reg"] for r in rows if "ood_reg" in r]
+    assert lambdas and all(abs(v - 0.1) < 1e-6 for v in lambdas)
+    assert json.loads((out / "o2o.json").read_text())["final_score"] is not None
 
 
 def test_o2o_metrics_by_hand():
@@ -165,6 +193,8 @@ def test_errors(dataset, pretrained, tmp_path):
         finetune(["algo=rlpd", f"checkpoint={pretrained}"])
     with pytest.raises(CheckpointError, match="neither a checkpoint"):
         train(["env=cartpole-balance", "algo=wsrl", f"init={tmp_path}", "video=false", "progress=false"])
+    with pytest.raises(ConfigError, match="calibrate=false"):  # online transitions have no Monte-Carlo return
+        train(["env=cartpole-balance", "algo=calql", "video=false", "progress=false"])
     with pytest.raises(ConfigError, match="leave dataset= out"):
         train(["algo=calql", f"dataset={dataset}", f"init={pretrained}", "video=false", "progress=false"])
     td3_bc = tmp_path / "td3_bc"

@@ -1,6 +1,6 @@
-"""RO2O's regularisers and Cal-QL's ensemble subset against computations by hand (numpy, from the networks'
-weights): Q smoothness, policy smoothness (symmetric KL), the OOD penalty with its decaying lambda, the SAC-N TD
-target and actor loss; and RO2O learning a small point-mass problem offline."""
+"""RO2O's regularisers and CQL's ensemble subset (WSRL's pre-training) against computations by hand (numpy, from the
+networks' weights): Q smoothness, policy smoothness (symmetric KL), the OOD penalty with its decaying lambda, the
+SAC-N TD target and actor loss. RO2O end to end (offline, then online): tests/test_finetune.py."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def make_ro2o(**kw) -> RO2O:
 
 
 def test_ro2o_losses_by_hand():
-    algo = make_ro2o()
+    algo = make_ro2o(ood_reg=0.5)
     batch, b = tiny_batch(), np_batch(tiny_batch())
     draws = algo.draw(4, torch.Generator().manual_seed(3))
     dr = {k: v.double().numpy() for k, v in draws.items()}
@@ -78,9 +78,9 @@ def test_ro2o_losses_by_hand():
     ao, _ = np_tanh_gaussian(mo, lso, dr["ood"].reshape(-1, A))
     qo = np_q(algo.critic, sp, ao)
     std = qo.std(0, ddof=1)
-    assert algo.ood_reg == 1.0
+    assert algo.ood_reg == 0.5
     assert close(algo.ood_penalty(batch["obs"]["policy"], draws["ood_delta"], draws["ood"]),
-                 0.7 * np.mean(np.broadcast_to((1.0 * std) ** 2, qo.shape)))
+                 0.7 * np.mean(np.broadcast_to((0.5 * std) ** 2, qo.shape)))
 
     # TD target: min over all target critics minus alpha log pi (entropy in the backup), then the critic loss
     alpha = torch.tensor(0.4)

@@ -16,9 +16,12 @@ the largest loss per state (the "adversarial" one; no gradient attack), as the o
   lambda (`ood_reg`) decays linearly by `ood_reg_decay` per update down to `ood_reg_min`.
 
 One update runs the temperature, then the actor, then the critics, then the Polyak update (EDAC's order, which the
-official code keeps). The same learner fine-tunes online (`robolearn finetune algo=ro2o`): RO2O's online phase
-freezes lambda at its minimum (`ood_reg_decay: 0`), keeps no offline data and starts from 2500 transitions of the
-pre-trained policy. The losses take every random number explicitly (`draw`), so a test can recompute them.
+official code keeps). The same learner fine-tunes online (`robolearn finetune algo=ro2o`): lambda frozen at its
+minimum (`ood_reg_decay: 0`), no offline data, 2500 transitions of the pre-trained policy first. The paper keeps the
+regularisers online; the official fine-tuning scripts (`algorithms/finetune/ro2o_ft_*.py`) compute them but leave
+them out of the losses (`loss = critic_loss1  # + noise_Q_loss + ood_loss`), i.e. online SAC-N: set the three
+`beta_*` to 0 for that (a term whose weight is 0 is not computed). The losses take every random number explicitly
+(`draw`), so a test can recompute them.
 """
 
 from __future__ import annotations
@@ -166,7 +169,7 @@ class RO2O(OfflineAlgo):
         actions, logp = self.actor.sample(obs, noise=noise)
         q = self.critic(obs, actions)
         sac_loss = (alpha * logp - q.min(0).values).mean()
-        smooth = self.policy_smoothness(obs, delta)
+        smooth = self.policy_smoothness(obs, delta) if self.cfg.beta_policy else torch.zeros((), device=self.device)
         stats = {"actor_sac_loss": sac_loss.detach(), "policy_smooth_loss": smooth.detach(),
                  "entropy": -logp.detach().mean(), "q_std": q.detach().std(0).mean()}
         return sac_loss + smooth, stats
@@ -204,8 +207,9 @@ class RO2O(OfflineAlgo):
         obs, actions = batch["obs"]["policy"], batch["actions"]
         q = self.critic(obs, actions)
         td = ((q - self.target(batch, draws["target"], alpha)) ** 2).mean(-1).sum()
-        smooth = self.q_smoothness(obs, actions, draws["q_delta"])
-        ood = self.ood_penalty(obs, draws["ood_delta"], draws["ood"])
+        zero = torch.zeros((), device=self.device)
+        smooth = self.q_smoothness(obs, actions, draws["q_delta"]) if self.cfg.beta_q_smooth else zero
+        ood = self.ood_penalty(obs, draws["ood_delta"], draws["ood"]) if self.cfg.beta_ood else zero
         loss = td + smooth + ood
         return loss, {"critic_loss": loss.detach(), "td_loss": td.detach(), "q_smooth_loss": smooth.detach(),
                       "ood_loss": ood.detach(), "q_mean": q.detach().mean()}
