@@ -55,9 +55,15 @@ def _pure_rollout(name: str, backend: str, steps: int):
     return torch.from_numpy(np.stack(obs)), torch.from_numpy(np.stack(rews))
 
 
-# arm-push runs arm-pick-place's model and physics (its reward and observation code is JAX that
-# runs unchanged on both backends), so the MJX compile is paid for one of the two only.
-@pytest.mark.parametrize("name", [t for t in TASKS if t != "arm-push"])
+# Tasks that run another task's model and physics with other JAX reward / observation / reset code (which runs
+# unchanged on both backends) are checked through that one, so the MJX compile is paid once per physics: arm-push
+# (arm-pick-place's), the umaze and medium mazes (the large layout's walls and body), cartpole-balance (swing-up's
+# model), quadrotor-hover (track's).
+SAME_PHYSICS = {"arm-push", "ant-maze-umaze", "ant-maze-medium", "point-maze-umaze", "point-maze-medium",
+                "cartpole-balance", "quadrotor-hover"}
+
+
+@pytest.mark.parametrize("name", [t for t in TASKS if t not in SAME_PHYSICS])
 def test_backends_agree(name):
     """Same task, seed and actions: MJX (float32) and MuJoCo C (float64) trajectories agree to 1e-4
     (plus 1e-3 relative: a crashed quadrotor keeps tumbling here, and float32 drifts on large rates),
