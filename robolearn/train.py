@@ -52,6 +52,11 @@ def resolve_run(cfg: dict[str, Any]) -> dict[str, Any]:
     if not is_online(cfg) and not isinstance(run_cfg, OfflineRunConfig):
         raise ConfigError(f"algo={cfg['algo']['name']} is online: dataset= is for the offline algorithms (online: "
                           "algo.offline_data=)")
+    unused = _other_mode_settings(cfg["algo"], algo_cfg, run_cfg)
+    if unused:
+        print(f"note: {', '.join('algo.' + k for k in unused)} "
+              + ("apply to offline training (dataset=) only" if is_online(cfg) else "apply to online learning only")
+              + ": not used by this run")
     if cfg["iterations"] is None:
         if isinstance(run_cfg, OfflineRunConfig):
             cfg["iterations"] = max(1, -(-run_cfg.gradient_steps // run_cfg.log_every))
@@ -61,6 +66,27 @@ def resolve_run(cfg: dict[str, Any]) -> dict[str, Any]:
             per_iteration = run_cfg.steps_per_iteration * int(cfg["env"]["num_envs"])
             cfg["iterations"] = max(1, -(-run_cfg.env_steps // per_iteration))
     return cfg
+
+
+def _other_mode_settings(algo: dict[str, Any], algo_cfg: Any, run_cfg: Any) -> list[str]:
+    """The settings of an offline algorithm's other mode (online / offline) that differ from their defaults: the
+    schema has both modes' fields, a run reads one mode's."""
+    import dataclasses
+
+    if algo["name"] not in OFFLINE_ALGORITHMS or run_cfg is None:
+        return []
+    from robolearn.config import ALGORITHMS
+
+    used = {f.name for f in dataclasses.fields(algo_cfg)} | {f.name for f in dataclasses.fields(run_cfg)}
+    out = []
+    for f in dataclasses.fields(ALGORITHMS[algo["name"]][0]):
+        if f.name in used or f.name in ("name", "recipe") or f.name not in algo:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        value = list(algo[f.name]) if isinstance(algo[f.name], tuple) else algo[f.name]
+        if value != (list(default) if isinstance(default, tuple) else default):
+            out.append(f.name)
+    return out
 
 
 def train(overrides: list[str]) -> Path:
