@@ -137,7 +137,7 @@ def test_ro2o_fine_tune_stopped_mid_way_resumes_exactly(dataset, tmp_path, monke
            "progress=false"])
     args = ["algo=ro2o", f"checkpoint={offline}", "online_steps=240", "eval_every=160", "eval_episodes=2",
             "progress=false", f'online=["{EP}","algo.learning_starts=80","algo.steps_per_iteration=10",'
-            '"checkpoint_interval=1","algo.batch_size=64"]']
+            '"checkpoint_interval=1","algo.batch_size=64","algo.sample_size=4"]']
     straight, split = tmp_path / "straight", tmp_path / "split"
     finetune([*args, f"run_dir={straight}"])
     assert None not in asked and False in asked  # collection samples, evaluation takes the mode
