@@ -256,6 +256,9 @@ def load_config(overrides: Sequence[str]) -> FinetuneConfig:
     if cfg.online_steps < 1 or cfg.eval_every < 1 or cfg.eval_episodes < 1:
         raise ConfigError("online_steps, eval_every and eval_episodes must be >= 1")
     method = cfg.methods[cfg.algo]
+    if cfg.eval_every > DIP_WINDOW * cfg.online_steps:
+        print(f"note: eval_every={cfg.eval_every} > {DIP_WINDOW:.0%} of online_steps={cfg.online_steps}: no evaluation "
+              "falls in the initial-dip window, so initial_dip will be null (evaluate more often)")
     if cfg.checkpoint is None and cfg.dataset is None:
         raise ConfigError("give dataset=<path or name> (pre-trained here) or checkpoint=<offline run>")
     if cfg.checkpoint is not None and method.offline is None:
