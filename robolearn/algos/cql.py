@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from policies.ensemble import QEnsemble
-from robolearn.algos.offline import OfflineAlgo, adam, check, check_common, make_actor
+from robolearn.algos.offline import OfflineAlgo, adam, check, check_common, make_actor, make_critics
 from robolearn.algos.sac import polyak_update, subset_indices
 
 #: alpha' is clipped to at most this (CORL: torch.clamp(exp(log_alpha_prime), 0, 1e6)).
@@ -97,12 +97,7 @@ class CQL(OfflineAlgo):
         cfg = cfg if cfg is not None else CQLConfig()
         super().__init__(obs_dim, num_actions, cfg, device)
         self.actor = make_actor("tanh_gaussian", obs_dim, num_actions, cfg).to(self.device)
-        self.critic = QEnsemble(obs_dim, num_actions, cfg.num_critics, cfg.critic_hidden, cfg.activation,
-                                cfg.critic_layer_norm).to(self.device)
-        self.critic_target = QEnsemble(obs_dim, num_actions, cfg.num_critics, cfg.critic_hidden, cfg.activation,
-                                       cfg.critic_layer_norm).to(self.device)
-        self.critic_target.load_state_dict(self.critic.state_dict())
-        self.critic_target.requires_grad_(False)
+        self.critic, self.critic_target = make_critics(obs_dim, num_actions, cfg, self.device)
         self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=self.device, requires_grad=True)
         self.log_alpha_prime = torch.tensor(1.0, device=self.device, requires_grad=True)  # CORL Scalar(1.0)
         self.target_entropy = -cfg.target_entropy_scale * num_actions

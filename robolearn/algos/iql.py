@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from policies.ensemble import EnsembleMLP, QEnsemble
-from robolearn.algos.offline import ACTORS, OfflineAlgo, adam, check, check_common, make_actor
+from policies.ensemble import EnsembleMLP
+from robolearn.algos.offline import ACTORS, OfflineAlgo, adam, check, check_common, make_actor, make_critics
 from robolearn.algos.sac import polyak_update
 from robolearn.losses import expectile_loss
 
@@ -75,12 +75,7 @@ class IQL(OfflineAlgo):
         cfg = cfg if cfg is not None else IQLConfig()
         super().__init__(obs_dim, num_actions, cfg, device)
         self.actor = make_actor(cfg.actor, obs_dim, num_actions, cfg).to(self.device)
-        self.critic = QEnsemble(obs_dim, num_actions, cfg.num_critics, cfg.critic_hidden, cfg.activation,
-                                cfg.critic_layer_norm).to(self.device)
-        self.critic_target = QEnsemble(obs_dim, num_actions, cfg.num_critics, cfg.critic_hidden, cfg.activation,
-                                       cfg.critic_layer_norm).to(self.device)
-        self.critic_target.load_state_dict(self.critic.state_dict())
-        self.critic_target.requires_grad_(False)
+        self.critic, self.critic_target = make_critics(obs_dim, num_actions, cfg, self.device)
         self.value = EnsembleMLP(1, obs_dim, cfg.value_hidden, 1, cfg.activation).to(self.device)  # V(s)
         self._optimizers = {"actor": adam(self.actor.parameters(), cfg.actor_lr),
                             "critic": adam(self.critic.parameters(), cfg.critic_lr),

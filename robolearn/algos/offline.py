@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from policies.actor_critic import ACTIVATIONS
-from policies.ensemble import DeterministicActor, TanhGaussianActor
+from policies.ensemble import DeterministicActor, QEnsemble, TanhGaussianActor
 from robolearn.algos.sac import shaped_rewards
 from robolearn.errors import CheckpointError, ConfigError
 
@@ -50,6 +50,24 @@ def make_actor(kind: str, obs_dim: int, num_actions: int, cfg: Any) -> nn.Module
     """The `kind` actor of `policies.ensemble` with the config's `actor_hidden`, `activation`, `actor_layer_norm`."""
     actor_class = TanhGaussianActor if kind == "tanh_gaussian" else DeterministicActor
     return actor_class(obs_dim, num_actions, tuple(cfg.actor_hidden), cfg.activation, cfg.actor_layer_norm)
+
+
+def frozen_copy(source: nn.Module, target: nn.Module) -> nn.Module:
+    """`target` (built like `source`) holding `source`'s weights, without gradients: a target network to Polyak-average.
+
+    Built, not deep-copied, so the random initialisation draws stay those of building both networks."""
+    target.load_state_dict(source.state_dict())
+    return target.requires_grad_(False)
+
+
+def make_critics(obs_dim: int, num_actions: int, cfg: Any, device: torch.device) -> tuple[QEnsemble, QEnsemble]:
+    """The config's critic ensemble (`num_critics`, `critic_hidden`, `activation`, `critic_layer_norm`), its target."""
+    def build() -> QEnsemble:
+        return QEnsemble(obs_dim, num_actions, cfg.num_critics, cfg.critic_hidden, cfg.activation,
+                         cfg.critic_layer_norm).to(device)
+
+    critic = build()
+    return critic, frozen_copy(critic, build())
 
 
 def check(condition: bool, message: str) -> None:

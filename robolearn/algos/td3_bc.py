@@ -18,8 +18,7 @@ from typing import Any
 
 import torch
 
-from policies.ensemble import QEnsemble
-from robolearn.algos.offline import OfflineAlgo, adam, check, check_common, make_actor
+from robolearn.algos.offline import OfflineAlgo, adam, check, check_common, frozen_copy, make_actor, make_critics
 from robolearn.algos.sac import polyak_update
 
 
@@ -61,15 +60,9 @@ class TD3BC(OfflineAlgo):
         cfg = cfg if cfg is not None else TD3BCConfig()
         super().__init__(obs_dim, num_actions, cfg, device)
         self.actor = make_actor("deterministic", obs_dim, num_actions, cfg).to(self.device)
-        self.actor_target = make_actor("deterministic", obs_dim, num_actions, cfg).to(self.device)
-        self.actor_target.load_state_dict(self.actor.state_dict())
-        self.actor_target.requires_grad_(False)
-        self.critic = QEnsemble(obs_dim, num_actions, cfg.num_critics, cfg.critic_hidden, cfg.activation,
-                                cfg.critic_layer_norm).to(self.device)
-        self.critic_target = QEnsemble(obs_dim, num_actions, cfg.num_critics, cfg.critic_hidden, cfg.activation,
-                                       cfg.critic_layer_norm).to(self.device)
-        self.critic_target.load_state_dict(self.critic.state_dict())
-        self.critic_target.requires_grad_(False)
+        target = make_actor("deterministic", obs_dim, num_actions, cfg).to(self.device)
+        self.actor_target = frozen_copy(self.actor, target)
+        self.critic, self.critic_target = make_critics(obs_dim, num_actions, cfg, self.device)
         self._optimizers = {"actor": adam(self.actor.parameters(), cfg.actor_lr),
                             "critic": adam(self.critic.parameters(), cfg.critic_lr)}
         self._describe("deterministic")
