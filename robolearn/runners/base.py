@@ -71,6 +71,17 @@ class RunnerBase:
                 self._writer.add_scalar(k, v, self.env_steps)
         self._writer.flush()
 
+    def _record(self, row: dict[str, Any], rows: list[dict[str, Any]], bar: ProgressBar | None, iterations: int,
+                checkpoint_interval: int) -> None:
+        """The end of an iteration: keep, log and show its row; checkpoint `latest` every `checkpoint_interval`
+        iterations and at the last one (subclasses provide `save`)."""
+        rows.append(row)
+        self._log(row)
+        if bar is not None:
+            bar.update(row)
+        if self.iteration % checkpoint_interval == 0 or self.iteration == iterations:
+            self.save(self.run_dir / "checkpoints" / "latest")
+
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()

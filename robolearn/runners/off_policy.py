@@ -212,12 +212,7 @@ class OffPolicyRunner(RunnerBase):
                 if self.eval_every and (self.env_steps // self.eval_every > before // self.eval_every
                                         or self.iteration == iterations):
                     row.update(self.evaluate())
-                rows.append(row)
-                self._log(row)
-                if bar is not None:
-                    bar.update(row)
-                if self.iteration % checkpoint_interval == 0 or self.iteration == iterations:
-                    self.save(self.run_dir / "checkpoints" / "latest")
+                self._record(row, rows, bar, iterations, checkpoint_interval)
         finally:
             if bar is not None:
                 bar.close()

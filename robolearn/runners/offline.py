@@ -82,12 +82,7 @@ class OfflineRunner(RunnerBase):
                     self.last_eval = self.evaluate()
                     row.update(self.last_eval)
                 row["wall_s"] = round(self.wall_s, 3)
-                rows.append(row)
-                self._log(row)
-                if bar is not None:
-                    bar.update(row)
-                if self.iteration % checkpoint_interval == 0 or self.iteration == iterations:
-                    self.save(self.run_dir / "checkpoints" / "latest")
+                self._record(row, rows, bar, iterations, checkpoint_interval)
         finally:
             if bar is not None:
                 bar.close()

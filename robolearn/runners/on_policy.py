@@ -63,12 +63,7 @@ class OnPolicyRunner(RunnerBase):
                 row = {"iteration": self.iteration, "env_steps": self.env_steps,
                        "env_steps_per_s": steps / elapsed, "collection_steps_per_s": steps / rollout_s,
                        "wall_s": round(self.wall_s, 3), **self._episode_stats(), **stats, **log}
-                rows.append(row)
-                self._log(row)
-                if bar is not None:
-                    bar.update(row)
-                if self.iteration % checkpoint_interval == 0 or self.iteration == iterations:
-                    self.save(self.run_dir / "checkpoints" / "latest")
+                self._record(row, rows, bar, iterations, checkpoint_interval)
         finally:
             if bar is not None:
                 bar.close()
