@@ -176,12 +176,13 @@ class RO2O(OfflineAlgo):
         next_q = self.critic_target(next_obs, next_actions).min(0).values - alpha * next_logp
         return self._rewards(batch) + batch["discount"] * next_q
 
-    def q_smoothness(self, obs: torch.Tensor, actions: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    def q_smoothness(self, obs: torch.Tensor, actions: torch.Tensor, delta: torch.Tensor,
+                     q: torch.Tensor | None = None) -> torch.Tensor:
         """beta_q_smooth * mean_s max_delta mean_i [(1 - tau) max(d, 0)^2 + tau min(d, 0)^2],
-        d = Q_i(s + delta, a) - Q_i(s, a)."""
+        d = Q_i(s + delta, a) - Q_i(s, a); `q`: Q_i(s, a) [E, B] when the caller has it (with its graph)."""
         cfg, b, n = self.cfg, obs.shape[0], delta.shape[0]
         q_p = self.critic(self.perturbed(obs, delta), actions.repeat_interleave(n, 0)).view(-1, b, n)
-        diff = q_p - self.critic(obs, actions).unsqueeze(-1)
+        diff = q_p - (self.critic(obs, actions) if q is None else q).unsqueeze(-1)
         penalty = (1 - cfg.q_smooth_tau) * diff.clamp(min=0) ** 2 + cfg.q_smooth_tau * diff.clamp(max=0) ** 2
         return cfg.beta_q_smooth * penalty.mean(0).max(-1).values.mean()
 
@@ -202,7 +203,7 @@ class RO2O(OfflineAlgo):
         q = self.critic(obs, actions)
         td = ((q - self.target(batch, draws["target"], alpha)) ** 2).mean(-1).sum()
         zero = torch.zeros((), device=self.device)
-        smooth = self.q_smoothness(obs, actions, draws["q_delta"]) if self.cfg.beta_q_smooth else zero
+        smooth = self.q_smoothness(obs, actions, draws["q_delta"], q) if self.cfg.beta_q_smooth else zero
         ood = self.ood_penalty(obs, draws["ood_delta"], draws["ood"]) if self.cfg.beta_ood else zero
         loss = td + smooth + ood
         return loss, {"critic_loss": loss.detach(), "td_loss": td.detach(), "q_smooth_loss": smooth.detach(),
