@@ -27,6 +27,8 @@ import math
 import torch
 from torch import nn
 
+from policies.normalizer import RunningNorm
+
 MODES = ("ode", "sde", "noise")
 LOG_2PI = math.log(2 * math.pi)
 
@@ -62,20 +64,22 @@ class FlowPolicy(nn.Module):
         size = chunk * action_dim
         self.velocity_net = mlp(obs_dim + size + 1, hidden, size)
         self.noise_net = mlp(obs_dim + size + 1, hidden, size) if noise_head else None
+        self.obs_norm = RunningNorm(obs_dim)  # identity until fitted (`obs_norm.update` on the BC data)
         self.register_buffer("times", torch.cat([torch.linspace(1.0, 1.0 / num_steps, num_steps), torch.zeros(1)]))
 
     # --- the field ---------------------------------------------------------------------------------
     def _input(self, obs: torch.Tensor, x: torch.Tensor, t: torch.Tensor | float) -> torch.Tensor:
-        """[B, obs + chunk * action_dim + 1]: the observation, the flattened chunk and the time (a number or [B])."""
+        """[B, obs + chunk * action_dim + 1]: the normalised observation, the flattened chunk and the time (a
+        number or [B])."""
         t = torch.as_tensor(t, dtype=x.dtype, device=x.device)
         t = t.reshape(-1, 1) if t.ndim else t.expand(x.shape[0], 1)
-        return torch.cat([obs, x.flatten(1), t], -1)
+        return torch.cat([self.obs_norm(obs), x.flatten(1), t], -1)
 
     def velocity(self, obs: torch.Tensor, x: torch.Tensor, t: torch.Tensor | float) -> torch.Tensor:
         """v(x_t, t, obs) [B, chunk, action_dim] for x [B, chunk, action_dim] and t (a number or [B])."""
         return self.velocity_net(self._input(obs, x, t)).view_as(x)
 
-    def noise_std(self, obs: torch.Tensor, x: torch.Tensor, t: float) -> torch.Tensor:
+    def noise_std(self, obs: torch.Tensor, x: torch.Tensor, t: torch.Tensor | float) -> torch.Tensor:
         """Flow-Noise's std [B, chunk, action_dim]: the noise head's log-variance squashed into its range."""
         if self.noise_net is None:
             raise ValueError("this FlowPolicy has no noise head: build it with noise_head=True for Flow-Noise")
@@ -83,20 +87,24 @@ class FlowPolicy(nn.Module):
         h = torch.tanh(self.noise_net(self._input(obs, x, t))).view_as(x)
         return (0.5 * (lo + (hi - lo) * (h + 1) / 2)).exp()
 
-    def step_stats(self, obs: torch.Tensor, x: torch.Tensor, k: int, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """(mean, std) of x_{k+1} given x_k under `mode` ("ode": std 0)."""
-        t, t_next = float(self.times[k]), float(self.times[k + 1])
-        delta = t - t_next
+    def step_stats(self, obs: torch.Tensor, x: torch.Tensor, k: int | torch.Tensor, mode: str
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, std) of x_{k+1} given x_k under `mode` ("ode": std 0); `k` is one step for the batch or one per
+        row ([B], a rollout's minibatch mixes chains whose Flow-SDE step differed)."""
+        t, t_next = self.times[k], self.times[k + 1]
         v = self.velocity(obs, x, t)
+        if t.ndim:  # one time per row: broadcast over (chunk, action_dim)
+            t, t_next = t.view(-1, 1, 1), t_next.view(-1, 1, 1)
+        delta = t - t_next
         if mode == "sde":
-            denominator = 1 - t if t < 1 else (1 - float(self.times[1])) or 1.0  # at t = 1: 1 - t_1 (K = 1: 1)
-            sigma = self.noise_level * math.sqrt(t / denominator)
+            # at t = 1 the denominator 1 - t is replaced by 1 - t_1 (which is 1 when K = 1)
+            sigma = self.noise_level * torch.sqrt(t / torch.where(t < 1, 1 - t, 1 - self.times[1]))
             x0_hat, x1_hat = x - t * v, x + (1 - t) * v
             w1 = t_next - sigma**2 * delta / (2 * t)
-            return (1 - t_next) * x0_hat + w1 * x1_hat, torch.full_like(x, math.sqrt(delta) * sigma)
+            return (1 - t_next) * x0_hat + w1 * x1_hat, (delta.sqrt() * sigma).expand_as(x)
         mean = x - delta * v
         if mode == "noise":
-            return mean, self.noise_std(obs, x, t)
+            return mean, self.noise_std(obs, x, t if not t.ndim else t.flatten())
         return mean, torch.zeros_like(x)
 
     # --- sampling and likelihoods ------------------------------------------------------------------
@@ -123,12 +131,19 @@ class FlowPolicy(nn.Module):
         logp = self.log_prob(obs, chain_t, mode, sde_step) if mode != "ode" else torch.zeros_like(x)
         return x, chain_t, logp
 
-    def log_prob(self, obs: torch.Tensor, chain: torch.Tensor, mode: str, sde_step: int = 0) -> torch.Tensor:
+    def log_prob(self, obs: torch.Tensor, chain: torch.Tensor, mode: str, sde_step: int | torch.Tensor = 0
+                 ) -> torch.Tensor:
         """Re-evaluate a stored chain's log-likelihood [B, chunk, action_dim] under the current weights: Flow-SDE's
-        one transition `sde_step`, or Flow-Noise's mean over the prior and all K transitions."""
+        one transition `sde_step` (one for the batch, or [B] one per row), or Flow-Noise's mean over the prior and
+        all K transitions."""
         if mode == "sde":
-            mean, std = self.step_stats(obs, chain[sde_step], sde_step, "sde")
-            return gaussian_log_prob(chain[sde_step + 1], mean, std)
+            if isinstance(sde_step, torch.Tensor):
+                rows = torch.arange(chain.shape[1], device=chain.device)
+                x, x_next = chain[sde_step, rows], chain[sde_step + 1, rows]
+            else:
+                x, x_next = chain[sde_step], chain[sde_step + 1]
+            mean, std = self.step_stats(obs, x, sde_step, "sde")
+            return gaussian_log_prob(x_next, mean, std)
         if mode == "noise":
             terms = [gaussian_log_prob(chain[0], torch.zeros_like(chain[0]), torch.ones_like(chain[0]))]
             for k in range(self.num_steps):

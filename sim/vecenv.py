@@ -86,24 +86,29 @@ class VecEnv:
             self.observation_shapes["pixels"] = (r.height, r.width, 3)
 
     # --- rsl_rl VecEnv contract ------------------------------------------------------------------
-    def reset(self, seed: int | None = None) -> TensorDict:
+    def reset(self, seed: int | None = None, group_size: int = 1) -> TensorDict:
         """Reset every env to a new episode; returns the observations.
 
         With a `seed`, every env restarts from that seed's initial states (env i's randomness depends
         only on (seed, i)); without one, the random stream carries on, so repeated resets (evaluation
-        rounds) see new initial states.
+        rounds) see new initial states. `group_size` G > 1 starts each block of G consecutive envs from
+        the same initial state, with the same random stream (GRPO's groups: one reset state, G attempts).
         """
+        if group_size < 1 or self.num_envs % group_size:
+            raise ConfigError(f"group_size must divide num_envs = {self.num_envs}, got {group_size}")
         if seed is not None:
             self.seed, self._resets = int(seed), 0
         else:
             self._resets += 1
-        self.state = self._reset_fn(self._keys())
+        self.state = self._reset_fn(self._keys(group_size))
         return self.get_observations()
 
-    def _keys(self) -> jax.Array:
+    def _keys(self, group_size: int = 1) -> jax.Array:
         key = jax.random.PRNGKey(self.seed)
         if self._resets:
             key = jax.random.fold_in(key, self._resets)
+        if group_size > 1:
+            return jnp.repeat(jax.random.split(key, self.num_envs // group_size), group_size, axis=0)
         return jax.random.split(key, self.num_envs)
 
     def get_observations(self) -> TensorDict:

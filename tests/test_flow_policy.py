@@ -43,6 +43,12 @@ def test_ode_is_euler_and_sde_is_pi_rl():
     _, chain, logp = policy.sample(obs, "sde", noise=x1, step_noise=eps, sde_step=2)
     assert torch.allclose(policy.step_stats(obs, chain[2], 2, "sde")[1], torch.full_like(x1, math.sqrt(0.25) * 0.5))
     torch.testing.assert_close(policy.log_prob(obs, chain, "sde", 2), logp)
+    # one stochastic step per row (a minibatch mixing decisions): each row as its own step would score it
+    _, chain0, logp0 = policy.sample(obs, "sde", noise=x1, step_noise=eps, sde_step=0)
+    rows = torch.tensor([0, 2, 2, 0, 2])
+    mixed = torch.where((rows == 0)[None, :, None, None], chain0, chain)  # [K + 1, B, chunk, A]
+    expected = torch.where((rows == 0)[:, None, None], logp0, logp)
+    torch.testing.assert_close(policy.log_prob(obs, mixed, "sde", rows), expected)
 
 
 def test_flow_noise_likelihood_is_the_mean_over_prior_and_steps():

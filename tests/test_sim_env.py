@@ -160,6 +160,15 @@ def test_env_i_depends_only_on_seed_and_index():
     torch.testing.assert_close(env.reset(seed=11)["policy"], small)
 
 
+def test_grouped_reset_shares_initial_states():
+    """`reset(seed, group_size=G)`: each block of G envs starts alike (GRPO's groups), blocks differ."""
+    env = sim.make("pendulum-swingup", num_envs=6, seed=0)
+    obs = env.reset(seed=4, group_size=3)["policy"]
+    assert torch.equal(obs[0], obs[2]) and torch.equal(obs[3], obs[5]) and not torch.equal(obs[0], obs[3])
+    with pytest.raises(sim.ConfigError, match="group_size"):
+        env.reset(group_size=4)
+
+
 def test_thread_count_does_not_change_results():
     o1, _ = _rollout(sim.make("cartpole-swingup", num_envs=16, backend="mujoco", nthread=1), 20)
     o2, _ = _rollout(sim.make("cartpole-swingup", num_envs=16, backend="mujoco", nthread=2), 20)

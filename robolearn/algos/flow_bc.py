@@ -58,6 +58,7 @@ def train_flow_bc(data: Any, cfg: FlowBCConfig | None = None, group: str = "poli
     generator = torch.Generator().manual_seed(cfg.seed)
     policy = FlowPolicy(obs.shape[1], chunks.shape[2], cfg.chunk, tuple(cfg.hidden), cfg.num_steps,
                         noise_head=cfg.noise_head)
+    policy.obs_norm.update(obs)  # the dataset's mean and std travel with the policy (LeRobot's MEAN_STD)
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     losses = []
     for _ in range(cfg.steps):

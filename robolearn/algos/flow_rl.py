@@ -1,0 +1,298 @@
+"""RL fine-tuning of a flow-matching action-chunk policy (`policies.flow.FlowPolicy`) in the batched simulator:
+PPO with GAE over chunks and a critic on observations, or GRPO over groups of envs reset to the same state, as
+pi_RL (RLinf's embodied PPO / GRPO) trains pi0.
+
+A decision is a chunk: the policy samples H actions with a stochastic sampler (Flow-SDE: one random denoising step
+is an SDE step, drawn once per decision for the whole batch; Flow-Noise: every step, with the learned std), the env
+executes them one by one, and the chunk's reward is the sum of its steps' rewards (RLinf's `chunk_level`), up to
+the step an episode ends. The rest of a chunk that outlives its episode acts in the auto-reset next episode and is
+not credited to anyone; choose H dividing the episode length (arm-push: 150 steps, H = 5) and chunks stay aligned.
+
+- PPO: GAE (gamma, lambda per chunk) on the chunk rewards with V(o) from a separate critic MLP (on the privileged
+  "critic" group when the task has one); time-outs bootstrap from V of the true final observation; advantages
+  normalised over the batch. The ratio is per action element (the default, RLinf's `token_level`, Flow-Noise on
+  ManiSkill) or per chunk (`logprob_level: chunk`, log-likelihoods summed over the chunk and action dims, Flow-SDE
+  on LIBERO); on arm-push the element ratios learned, the chunk ratios (30 dims summed) barely moved. The first
+  `critic_warmup` iterations train only the critic, so the first policy steps do not follow a random critic.
+- GRPO: every iteration resets the envs in groups of `group_size` sharing one initial state, runs one episode,
+  and gives every chunk of an episode its group-normalised return (`robolearn.advantages.grpo`); no critic.
+
+The estimators and the clipped loss are `robolearn.advantages` and `robolearn.losses`, the ones PPO on robots and
+the language-model trainer use. Every random number comes from one generator seeded by `seed`.
+
+    policy, history = finetune_flow(policy, env, FlowRLConfig(algo="ppo", iterations=40), eval_env=eval_env)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+from policies.flow import FlowPolicy, mlp
+from policies.normalizer import RunningNorm
+from robolearn.advantages import gae, grpo, masked_whiten
+from robolearn.errors import ConfigError
+from robolearn.losses import ppo_clip_loss, value_loss
+
+
+@dataclasses.dataclass
+class FlowRLConfig:
+    algo: str = "ppo"                # ppo (GAE per chunk, critic) | grpo (group-normalised returns, no critic)
+    mode: str = "sde"                # sde (Flow-SDE) | noise (Flow-Noise: the policy needs its noise head)
+    iterations: int = 40
+    rollout_chunks: int | None = None  # decisions per env per iteration; None: one episode's worth
+    group_size: int = 8              # GRPO: envs per reset state
+    gamma: float = 0.99              # per chunk
+    lam: float = 0.95
+    epochs: int = 4
+    minibatches: int = 4
+    clip_low: float = 0.2
+    clip_high: float | None = None   # None: clip_low (pi_RL: 0.2 / 0.2)
+    dual_clip: float | None = 3.0
+    logprob_level: str = "element"   # element: one ratio per action element | chunk: one per chunk
+    actor_lr: float = 1e-4
+    critic_lr: float = 1e-3
+    critic_hidden: tuple[int, ...] = (256, 256)
+    critic_warmup: int = 2           # PPO: iterations that train only the critic
+    entropy_coef: float = 0.0        # Flow-Noise's Gaussian entropy bonus (pi_RL: 0.005)
+    max_grad_norm: float = 1.0
+    eval_every: int = 5              # iterations between evaluations (and after the last)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        checks = {"algo": ("ppo", "grpo"), "mode": ("sde", "noise"), "logprob_level": ("chunk", "element")}
+        for name, allowed in checks.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"flow RL {name} must be one of {allowed}, got {getattr(self, name)!r}")
+        for name in ("iterations", "epochs", "minibatches", "group_size", "eval_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"flow RL {name} must be >= 1, got {getattr(self, name)}")
+        self.critic_hidden = tuple(self.critic_hidden)
+
+
+class Critic(nn.Module):
+    """V(o): an MLP on running-normalised observations (updated from each rollout after the update)."""
+
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...]):
+        super().__init__()
+        self.norm = RunningNorm(obs_dim)
+        self.net = mlp(obs_dim, hidden, 1)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(self.norm(obs)).squeeze(-1)
+
+
+@dataclasses.dataclass
+class ChunkRollout:
+    """`T` decisions of `N` envs, time-major: what the update needs to re-score the chains and run GAE / GRPO."""
+
+    obs: torch.Tensor          # [T, N, obs]          the policy's observation at each decision
+    critic_obs: torch.Tensor   # [T, N, critic_obs]
+    chains: torch.Tensor       # [T, K + 1, N, H, A]  denoising chains
+    sde_steps: torch.Tensor    # [T]                  Flow-SDE's stochastic step of each decision
+    log_probs: torch.Tensor    # [T, N, H, A]
+    rewards: torch.Tensor      # [T, N]               summed over the chunk's steps within the episode
+    dones: torch.Tensor        # [T, N]               an episode terminated inside the chunk
+    truncs: torch.Tensor       # [T, N]               an episode timed out inside the chunk
+    bootstrap: torch.Tensor    # [T, N]               V(final observation) where truncated
+    alive: torch.Tensor        # [T, N]               the decision began inside the episode (GRPO's mask)
+    episodes: list[tuple[float, float]]  # (return, success) of each episode that ended, for logging
+
+
+def _critic_obs(obs: Any) -> torch.Tensor:
+    return obs["critic"] if "critic" in obs.keys() else obs["policy"]
+
+
+@torch.no_grad()
+def collect_chunks(env: Any, policy: FlowPolicy, critic: Critic | None, obs: Any, decisions: int, mode: str,
+                   generator: torch.Generator) -> tuple[ChunkRollout, Any]:
+    """Run `decisions` chunks of the stochastic policy from `obs`; returns the rollout and the next observations."""
+    n, h = env.num_envs, policy.chunk
+    rows: dict[str, list[torch.Tensor]] = {k: [] for k in ("obs", "critic_obs", "chains", "sde_steps", "log_probs",
+                                                           "rewards", "dones", "truncs", "bootstrap", "alive")}
+    started = torch.zeros(n, dtype=torch.bool)  # an env's episode began in this rollout (GRPO's mask follows it)
+    ep_return = torch.zeros(n)
+    episodes: list[tuple[float, float]] = []
+    for _ in range(decisions):
+        o, co = obs["policy"].clone(), _critic_obs(obs).clone()
+        k = int(torch.randint(0, policy.num_steps, (1,), generator=generator)) if mode == "sde" else 0
+        actions, chain, logp = policy.sample(o, mode, sde_step=k, generator=generator)
+        reward, alive = torch.zeros(n), torch.ones(n, dtype=torch.bool)
+        done, trunc = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
+        final = co.clone()
+        rows["alive"].append(~started)
+        for j in range(h):
+            obs, r, d, extras = env.step(actions[:, j].clamp(-1.0, 1.0))
+            ended = alive & d.bool()
+            reward += torch.where(alive, r, torch.zeros_like(r))
+            timed_out = ended & extras["time_outs"].bool() & ~extras["terminated"].bool()
+            done |= ended & extras["terminated"].bool()
+            trunc |= timed_out
+            if bool(timed_out.any()):
+                final[timed_out] = _critic_obs(extras["final_obs"])[timed_out]
+            success = extras["log"].get("episode/success")
+            ep_return += torch.where(alive, r, torch.zeros_like(r))
+            for i in ended.nonzero().flatten().tolist():
+                # per-env success: the task's episode metric is a mean over the envs ending at this step
+                episodes.append((float(ep_return[i]), float("nan") if success is None else float(success)))
+                ep_return[i] = 0.0
+            alive &= ~ended
+        started |= ~alive
+        rows["obs"].append(o)
+        rows["critic_obs"].append(co)
+        rows["chains"].append(chain)
+        rows["sde_steps"].append(torch.tensor(k))
+        rows["log_probs"].append(logp)
+        rows["rewards"].append(reward)
+        rows["dones"].append(done)
+        rows["truncs"].append(trunc)
+        rows["bootstrap"].append(critic(final) if critic is not None and bool(trunc.any()) else torch.zeros(n))
+    return ChunkRollout(**{k: torch.stack(v) for k, v in rows.items()}, episodes=episodes), obs
+
+
+@torch.no_grad()
+def evaluate_flow(env: Any, policy: FlowPolicy, seed: int = 12345) -> dict[str, float]:
+    """Success rate and mean return of the deterministic sampler (ODE from Gaussian noise, pi_RL's evaluation)
+    over one episode of every env, from the same initial states each call (`env.reset(seed)`)."""
+    obs = env.reset(seed=seed)["policy"]
+    generator = torch.Generator().manual_seed(seed)
+    total, rate = torch.zeros(env.num_envs), float("nan")
+    for _ in range(-(-env.max_episode_length // policy.chunk)):
+        actions = policy.sample(obs, "ode", generator=generator)[0]
+        for j in range(policy.chunk):
+            next_obs, r, d, extras = env.step(actions[:, j].clamp(-1.0, 1.0))
+            total += r
+            obs = next_obs["policy"]
+            if bool(d.all()):  # every env started together, so they all end at the time limit together
+                rate = float(extras["log"].get("episode/success", torch.tensor(float("nan"))))
+                env.reset(seed=seed)
+                return {"success": rate, "return": float(total.mean())}
+    raise ConfigError("evaluate_flow needs episodes that all end together (no early termination)")
+
+
+def _success_rate(episodes: list[tuple[float, float]]) -> float:
+    rates = [s for _, s in episodes]
+    return sum(rates) / len(rates) if rates else float("nan")
+
+
+class FlowRL:
+    """The learner: the flow policy, its critic (PPO) and their optimizers, and `update` on a `ChunkRollout`."""
+
+    def __init__(self, policy: FlowPolicy, critic_obs_dim: int, cfg: FlowRLConfig):
+        if cfg.mode == "noise" and policy.noise_net is None:
+            raise ConfigError("Flow-Noise (mode=noise) needs a policy built with noise_head=True")
+        self.policy, self.cfg = policy, cfg
+        self.critic = Critic(critic_obs_dim, cfg.critic_hidden) if cfg.algo == "ppo" else None
+        self.actor_opt = torch.optim.Adam(policy.parameters(), lr=cfg.actor_lr)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr) if self.critic else None
+
+    def advantages(self, ro: ChunkRollout, last_obs: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(advantages, returns, loss mask), each [N, T] (batch-major, as `robolearn.advantages` wants)."""
+        cfg = self.cfg
+        if cfg.algo == "grpo":
+            n = ro.rewards.shape[1]
+            group_ids = torch.arange(n) // cfg.group_size
+            adv, _ = grpo(ro.rewards.T, mask=ro.alive.T, group_ids=group_ids)
+            return adv, torch.zeros_like(adv), ro.alive.T
+        with torch.no_grad():
+            values = torch.cat([self.critic(ro.critic_obs), self.critic(_critic_obs(last_obs))[None]])  # [T + 1, N]
+        adv, returns = gae(ro.rewards.T, values.T, dones=ro.dones.T, truncs=ro.truncs.T,
+                           bootstrap_values=ro.bootstrap.T, gamma=cfg.gamma, lam=cfg.lam)
+        return masked_whiten(adv), returns, torch.ones_like(adv, dtype=torch.bool)
+
+    def update(self, ro: ChunkRollout, last_obs: Any, train_actor: bool, generator: torch.Generator
+               ) -> dict[str, float]:
+        cfg, policy = self.cfg, self.policy
+        adv, returns, mask = self.advantages(ro, last_obs)
+        t, n = ro.rewards.shape
+        # flatten decisions to samples, decision-major: sample s = (t, env) with t = s // n
+        flat = lambda x: x.reshape(t * n, *x.shape[2:])  # noqa: E731
+        obs, critic_obs, old_logp = flat(ro.obs), flat(ro.critic_obs), flat(ro.log_probs)
+        chains = ro.chains.transpose(0, 1).reshape(ro.chains.shape[1], t * n, *ro.chains.shape[3:])
+        sde_steps = ro.sde_steps.repeat_interleave(n)
+        adv, returns, mask = adv.T.reshape(-1), returns.T.reshape(-1), mask.T.reshape(-1)
+        with torch.no_grad():
+            old_values = self.critic(critic_obs) if self.critic else None
+        keep = mask.nonzero().flatten()  # GRPO: only decisions inside the episode take part
+        mb = max(1, len(keep) // cfg.minibatches)
+        stats = {"loss/policy": 0.0, "loss/value": 0.0, "entropy": 0.0, "kl": 0.0, "clip_fraction": 0.0}
+        count = 0
+        for _ in range(cfg.epochs):
+            perm = keep[torch.randperm(len(keep), generator=generator)]
+            for start in range(0, mb * cfg.minibatches, mb):
+                idx = perm[start:start + mb]
+                if self.critic is not None:
+                    v_loss = value_loss(self.critic(critic_obs[idx]), old_values[idx], returns[idx], clip=None)
+                    self.critic_opt.zero_grad(set_to_none=True)
+                    v_loss.backward()
+                    nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
+                    self.critic_opt.step()
+                    stats["loss/value"] += v_loss.item()
+                if train_actor:
+                    logp = policy.log_prob(obs[idx], chains[:, idx], cfg.mode, sde_steps[idx])
+                    old, a = old_logp[idx], adv[idx]
+                    if cfg.logprob_level == "chunk":
+                        logp, old = logp.sum((1, 2)), old.sum((1, 2))
+                    else:
+                        a = a[:, None, None].expand_as(logp)
+                    pg_loss, info = ppo_clip_loss(logp, old, a, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                                                  dual_clip=cfg.dual_clip)
+                    loss = pg_loss
+                    if cfg.mode == "noise" and cfg.entropy_coef:
+                        entropy = policy.entropy(obs[idx], chains[:, idx]).mean()
+                        loss = loss - cfg.entropy_coef * entropy
+                        stats["entropy"] += entropy.item()
+                    self.actor_opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+                    self.actor_opt.step()
+                    stats["loss/policy"] += pg_loss.item()
+                    stats["kl"] += float(info["approx_kl"])
+                    stats["clip_fraction"] += float(info["clip_fraction"])
+                count += 1
+        if self.critic is not None:  # after the update, so the critic's inputs were fixed during it
+            self.critic.norm.update(critic_obs)
+        return {k: v / max(count, 1) for k, v in stats.items()}
+
+
+def finetune_flow(policy: FlowPolicy, env: Any, cfg: FlowRLConfig, eval_env: Any | None = None,
+                  log: Any = None) -> tuple[FlowPolicy, list[dict[str, float]]]:
+    """Fine-tune `policy` in `env` for `cfg.iterations`; returns it and one row per iteration (env steps, wall
+    time, rollout return and success, losses, and every `eval_every` iterations the evaluation of `eval_env`)."""
+    torch.manual_seed(cfg.seed)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    episode_chunks = -(-env.max_episode_length // policy.chunk)
+    if cfg.algo == "grpo" and env.num_envs % cfg.group_size:
+        raise ConfigError(f"GRPO needs num_envs ({env.num_envs}) divisible by group_size ({cfg.group_size})")
+    decisions = episode_chunks if cfg.algo == "grpo" or cfg.rollout_chunks is None else cfg.rollout_chunks
+    obs = env.observation_shapes
+    learner = FlowRL(policy, (obs.get("critic") or obs["policy"])[0], cfg)
+    history: list[dict[str, float]] = []
+    row: dict[str, float] = {"iteration": 0, "env_steps": 0, "wall_s": 0.0}
+    if eval_env is not None:
+        row.update({f"eval/{k}": v for k, v in evaluate_flow(eval_env, policy).items()})
+    history.append(row)
+    if log:
+        log(row)
+    began, env_steps = time.perf_counter(), 0
+    current = env.reset(seed=cfg.seed)
+    for it in range(1, cfg.iterations + 1):
+        if cfg.algo == "grpo":  # each group of envs starts one episode from a shared state
+            current = env.reset(seed=cfg.seed * 100_003 + it, group_size=cfg.group_size)
+        ro, current = collect_chunks(env, policy, learner.critic, current, decisions, cfg.mode, generator)
+        env_steps += decisions * policy.chunk * env.num_envs
+        warm = cfg.algo == "ppo" and it <= cfg.critic_warmup
+        stats = learner.update(ro, current, train_actor=not warm, generator=generator)
+        row = {"iteration": it, "env_steps": env_steps, "wall_s": time.perf_counter() - began,
+               "rollout/return": sum(r for r, _ in ro.episodes) / max(len(ro.episodes), 1),
+               "rollout/success": _success_rate(ro.episodes), **stats}
+        if eval_env is not None and (it % cfg.eval_every == 0 or it == cfg.iterations):
+            row.update({f"eval/{k}": v for k, v in evaluate_flow(eval_env, policy).items()})
+        history.append(row)
+        if log:
+            log(row)
+    return policy, history
