@@ -4,9 +4,9 @@ pi_RL (RLinf's embodied PPO / GRPO) trains pi0.
 
 A decision is a chunk: the policy samples H actions with a stochastic sampler (Flow-SDE: one random denoising step
 is an SDE step, drawn once per decision for the whole batch; Flow-Noise: every step, with the learned std), the env
-executes them one by one, and the chunk's reward is the sum of its steps' rewards (RLinf's `chunk_level`), up to
-the step an episode ends. The rest of a chunk that outlives its episode acts in the auto-reset next episode and is
-not credited to anyone; choose H dividing the episode length (arm-push: 150 steps, H = 5) and chunks stay aligned.
+executes them one by one (`robolearn.chunks.run_chunk`), and the chunk's reward is the sum of its steps' rewards
+(RLinf's `chunk_level`) up to the step an episode ends; choose H dividing the episode length (arm-push: 150 steps,
+H = 5) so chunks stay aligned with episodes.
 
 - PPO: GAE (gamma, lambda per chunk) on the chunk rewards with V(o) from a separate critic MLP (on the privileged
   "critic" group when the task has one); time-outs bootstrap from V of the true final observation; advantages
@@ -35,6 +35,7 @@ from torch import nn
 from policies.flow import FlowPolicy, mlp
 from policies.normalizer import RunningNorm
 from robolearn.advantages import gae, grpo, masked_whiten
+from robolearn.chunks import run_chunk
 from robolearn.errors import ConfigError
 from robolearn.losses import ppo_clip_loss, value_loss
 
@@ -111,46 +112,34 @@ def _critic_obs(obs: Any) -> torch.Tensor:
 def collect_chunks(env: Any, policy: FlowPolicy, critic: Critic | None, obs: Any, decisions: int, mode: str,
                    generator: torch.Generator) -> tuple[ChunkRollout, Any]:
     """Run `decisions` chunks of the stochastic policy from `obs`; returns the rollout and the next observations."""
-    n, h = env.num_envs, policy.chunk
+    n = env.num_envs
     rows: dict[str, list[torch.Tensor]] = {k: [] for k in ("obs", "critic_obs", "chains", "sde_steps", "log_probs",
                                                            "rewards", "dones", "truncs", "bootstrap", "alive")}
     started = torch.zeros(n, dtype=torch.bool)  # an env's episode began in this rollout (GRPO's mask follows it)
-    ep_return = torch.zeros(n)
+    running = torch.zeros(n)
     episodes: list[tuple[float, float]] = []
     for _ in range(decisions):
         o, co = obs["policy"].clone(), _critic_obs(obs).clone()
         k = int(torch.randint(0, policy.num_steps, (1,), generator=generator)) if mode == "sde" else 0
         actions, chain, logp = policy.sample(o, mode, sde_step=k, generator=generator)
-        reward, alive = torch.zeros(n), torch.ones(n, dtype=torch.bool)
-        done, trunc = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
-        final = co.clone()
+        step = run_chunk(env, actions)
+        running += step.reward
+        success = step.log.get("episode/success", float("nan"))  # the mean over the episodes ending in the chunk
+        episodes += [(float(running[i]), success) for i in step.done.nonzero().flatten().tolist()]
+        running[step.done] = 0.0
         rows["alive"].append(~started)
-        for j in range(h):
-            obs, r, d, extras = env.step(actions[:, j].clamp(-1.0, 1.0))
-            ended = alive & d.bool()
-            reward += torch.where(alive, r, torch.zeros_like(r))
-            timed_out = ended & extras["time_outs"].bool() & ~extras["terminated"].bool()
-            done |= ended & extras["terminated"].bool()
-            trunc |= timed_out
-            if bool(timed_out.any()):
-                final[timed_out] = _critic_obs(extras["final_obs"])[timed_out]
-            success = extras["log"].get("episode/success")
-            ep_return += torch.where(alive, r, torch.zeros_like(r))
-            for i in ended.nonzero().flatten().tolist():
-                # per-env success: the task's episode metric is a mean over the envs ending at this step
-                episodes.append((float(ep_return[i]), float("nan") if success is None else float(success)))
-                ep_return[i] = 0.0
-            alive &= ~ended
-        started |= ~alive
+        started |= step.done
+        obs = step.obs
         rows["obs"].append(o)
         rows["critic_obs"].append(co)
         rows["chains"].append(chain)
         rows["sde_steps"].append(torch.tensor(k))
         rows["log_probs"].append(logp)
-        rows["rewards"].append(reward)
-        rows["dones"].append(done)
-        rows["truncs"].append(trunc)
-        rows["bootstrap"].append(critic(final) if critic is not None and bool(trunc.any()) else torch.zeros(n))
+        rows["rewards"].append(step.reward)
+        rows["dones"].append(step.terminated)
+        rows["truncs"].append(step.truncated)
+        bootstrap = critic(_critic_obs(step.final_obs)) if critic is not None and bool(step.truncated.any()) else None
+        rows["bootstrap"].append(bootstrap if bootstrap is not None else torch.zeros(n))
     return ChunkRollout(**{k: torch.stack(v) for k, v in rows.items()}, episodes=episodes), obs
 
 
@@ -158,19 +147,16 @@ def collect_chunks(env: Any, policy: FlowPolicy, critic: Critic | None, obs: Any
 def evaluate_flow(env: Any, policy: FlowPolicy, seed: int = 12345) -> dict[str, float]:
     """Success rate and mean return of the deterministic sampler (ODE from Gaussian noise, pi_RL's evaluation)
     over one episode of every env, from the same initial states each call (`env.reset(seed)`)."""
-    obs = env.reset(seed=seed)["policy"]
+    obs = env.reset(seed=seed)
     generator = torch.Generator().manual_seed(seed)
-    total, rate = torch.zeros(env.num_envs), float("nan")
+    total = torch.zeros(env.num_envs)
     for _ in range(-(-env.max_episode_length // policy.chunk)):
-        actions = policy.sample(obs, "ode", generator=generator)[0]
-        for j in range(policy.chunk):
-            next_obs, r, d, extras = env.step(actions[:, j].clamp(-1.0, 1.0))
-            total += r
-            obs = next_obs["policy"]
-            if bool(d.all()):  # every env started together, so they all end at the time limit together
-                rate = float(extras["log"].get("episode/success", torch.tensor(float("nan"))))
-                env.reset(seed=seed)
-                return {"success": rate, "return": float(total.mean())}
+        step = run_chunk(env, policy.sample(obs["policy"], "ode", generator=generator)[0])
+        total += step.reward
+        obs = step.obs
+        if bool(step.done.all()):  # every env started together, so they all end at the time limit together
+            env.reset(seed=seed)
+            return {"success": step.log.get("episode/success", float("nan")), "return": float(total.mean())}
     raise ConfigError("evaluate_flow needs episodes that all end together (no early termination)")
 
 
