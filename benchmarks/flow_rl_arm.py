@@ -1,5 +1,5 @@
 """Flow-policy RL fine-tuning on `arm-push` (pi_RL's recipe at toy scale, CPU): demonstrations of the scripted
-controller, behaviour cloning of a flow-matching action-chunk policy (`robolearn.algos.flow_bc`), then PPO with
+controller, behaviour cloning of a flow-matching action-chunk policy (`robolearn.algos.chunk_bc`), then PPO with
 Flow-SDE and GAE over chunks (`robolearn.algos.flow_rl`), and the same with GRPO; success of the ODE sampler on
 100 held-out initial states along the way, with wall-clock. Then the speed side by side with the plain MLP PPO
 on the same task and envs: env-steps/s of a rollout and gradient updates/s.
@@ -29,7 +29,7 @@ TASK = "arm-push"
 
 def bc_policy(args: argparse.Namespace) -> tuple[dict, dict]:
     """The BC flow policy's weights and what it took: `demos` noise-free episodes of the reference controller."""
-    from robolearn.algos.flow_bc import FlowBCConfig, train_flow_bc
+    from robolearn.algos.chunk_bc import ChunkBCConfig, train_chunk_bc
     from robolearn.collect import CollectConfig, collect
     from robolearn.config import EnvConfig
 
@@ -38,7 +38,7 @@ def bc_policy(args: argparse.Namespace) -> tuple[dict, dict]:
                                  policy="reference", episodes=args.demos, seed=args.seed, progress=False,
                                  ref_min_score=0.0, ref_max_score=1.0))
     collected = time.perf_counter() - began
-    policy, losses = train_flow_bc(data, FlowBCConfig(chunk=args.chunk, num_steps=4, hidden=(256, 256),
+    policy, losses = train_chunk_bc(data, ChunkBCConfig(chunk=args.chunk, num_steps=4, hidden=(256, 256),
                                                       steps=args.bc_steps, seed=args.seed))
     info = {"demos": args.demos, "demo_return": data.metadata["return_mean"], "collect_s": collected,
             "bc_steps": args.bc_steps, "bc_s": time.perf_counter() - began - collected, "bc_loss": losses[-1]}

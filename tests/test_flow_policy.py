@@ -98,7 +98,7 @@ def test_behaviour_cloning_fits_a_chunk():
 
 
 def test_action_chunks_pad_with_the_episodes_last_action():
-    from robolearn.algos.flow_bc import action_chunks
+    from robolearn.algos.chunk_bc import action_chunks
 
     chunks = action_chunks(torch.arange(5.0).view(5, 1), [0, 3, 5], 3)
     assert chunks[..., 0].tolist() == [[0, 1, 2], [1, 2, 2], [2, 2, 2], [3, 4, 4], [4, 4, 4]]
@@ -108,7 +108,7 @@ def test_flow_bc_from_a_dataset():
     """Episodes where o_{t+1} = o_t + 0.1 and a_t = sin(3 o_t): the chunk [a_t, a_{t+1}] is a function of o_t."""
     import numpy as np
 
-    from robolearn.algos.flow_bc import FlowBCConfig, train_flow_bc
+    from robolearn.algos.chunk_bc import ChunkBCConfig, train_chunk_bc
     from robolearn.data.dataset import Dataset
 
     rng = np.random.default_rng(0)
@@ -120,7 +120,7 @@ def test_flow_bc_from_a_dataset():
                          "rewards": np.zeros(10, np.float32), "terminations": np.zeros(10, bool),
                          "truncations": np.eye(10, dtype=bool)[-1]})
     data = Dataset.from_episodes(episodes)
-    policy, losses = train_flow_bc(data, FlowBCConfig(chunk=2, hidden=(64, 64), num_steps=8, lr=3e-3, steps=500,
+    policy, losses = train_chunk_bc(data, ChunkBCConfig(chunk=2, hidden=(64, 64), num_steps=8, lr=3e-3, steps=500,
                                                       batch_size=64))
     assert np.mean(losses[-50:]) < 0.5 * np.mean(losses[:50])
     obs = torch.linspace(-1, 0, 32).view(-1, 1)

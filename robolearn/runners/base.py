@@ -131,12 +131,19 @@ def evaluate_policy(env: Any, algo: Any, seed: int, reference: tuple[float, floa
     n = env.num_envs
     total = torch.zeros(n, dtype=torch.float64)
     running = torch.ones(n, dtype=torch.bool)
+    successes, finished = 0.0, 0
     while bool(running.any()):
-        obs, rewards, dones, _ = env.step(algo.act(obs, deterministic=True).to(env.device))
+        obs, rewards, dones, extras = env.step(algo.act(obs, deterministic=True).to(env.device))
         total += rewards.double().cpu() * running
-        running &= ~dones.bool().cpu()
+        ended = running & dones.bool().cpu()
+        rate = float(extras.get("log", {}).get("episode/success", float("nan")))  # mean over episodes ending now
+        if rate == rate and bool(ended.any()):
+            successes, finished = successes + rate * int(ended.sum()), finished + int(ended.sum())
+        running &= ~ended
     out = {"eval/return": float(total.mean()), "eval/return_std": float(total.std()) if n > 1 else 0.0,
            "eval/seconds": time.perf_counter() - start}
+    if finished:  # tasks with a success metric (arm, mazes): the fraction of evaluation episodes that succeeded
+        out["eval/success"] = successes / finished
     if reference is not None:
         lo, hi = reference
         out["eval/normalized_score"] = 100.0 * (out["eval/return"] - lo) / (hi - lo)

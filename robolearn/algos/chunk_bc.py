@@ -1,11 +1,13 @@
-"""Behaviour cloning of a flow-matching action-chunk policy (`policies.flow.FlowPolicy`) from a dataset of episodes.
+"""Behaviour cloning of an action-chunk policy, flow-matching (`policies.flow.FlowPolicy`) or diffusion
+(`policies.diffusion.DiffusionPolicy`), from a dataset of episodes.
 
-The first step of flow-policy RL fine-tuning (pi_RL, DSRL): each dataset step t becomes a training pair (o_t,
+The first step of chunk-policy RL fine-tuning (pi_RL, DSRL): each dataset step t becomes a training pair (o_t,
 [a_t, ..., a_{t+H-1}]), the chunk of the H actions the policy will execute from o_t; past the episode's end the
-last action repeats (LeRobot pads action chunks the same way, with the padded steps flagged). The loss is
-`FlowPolicy.bc_loss` (flow matching) on minibatches with explicit noise and times.
+last action repeats (LeRobot pads action chunks the same way, with the padded steps flagged). The loss is the
+policy's `bc_loss` (flow matching with times t ~ U(0, 1), or DDPM's epsilon regression with steps k ~ U{0..T-1})
+on minibatches with explicit noise; the observation normaliser is fitted on the data first.
 
-    policy, losses = train_flow_bc(load_dataset("data/arm-push-expert-v0"), FlowBCConfig(chunk=4))
+    policy, losses = train_chunk_bc(load_dataset("data/arm-push-expert-v0"), ChunkBCConfig(chunk=4))
 """
 
 from __future__ import annotations
@@ -16,15 +18,18 @@ from typing import Any
 import numpy as np
 import torch
 
+from policies.diffusion import DiffusionPolicy
 from policies.flow import FlowPolicy
 from robolearn.errors import ConfigError
 
 
 @dataclasses.dataclass
-class FlowBCConfig:
+class ChunkBCConfig:
+    policy: str = "flow"             # flow | diffusion
     chunk: int = 4                   # actions per chunk (H)
     hidden: tuple[int, ...] = (256, 256)
-    num_steps: int = 10              # denoising steps (pi0: 10)
+    num_steps: int = 10              # denoising steps at sampling (pi0: 10 Euler steps; diffusion: DDIM steps)
+    train_steps: int = 100           # diffusion: DDPM's training steps T
     noise_head: bool = False         # Flow-Noise's learned std (trained later, by RL)
     lr: float = 3e-4
     batch_size: int = 256
@@ -45,10 +50,12 @@ def action_chunks(actions: Any, step_starts: Any, chunk: int) -> torch.Tensor:
     return actions[idx]
 
 
-def train_flow_bc(data: Any, cfg: FlowBCConfig | None = None, group: str = "policy"
-                  ) -> tuple[FlowPolicy, list[float]]:
-    """A FlowPolicy fitted to the dataset's (observation, action chunk) pairs; returns it and the loss per step."""
-    cfg = cfg if cfg is not None else FlowBCConfig()
+def train_chunk_bc(data: Any, cfg: ChunkBCConfig | None = None, group: str = "policy"
+                   ) -> tuple[FlowPolicy | DiffusionPolicy, list[float]]:
+    """A chunk policy fitted to the dataset's (observation, action chunk) pairs; returns it and the loss per step."""
+    cfg = cfg if cfg is not None else ChunkBCConfig()
+    if cfg.policy not in ("flow", "diffusion"):
+        raise ConfigError(f"chunk BC policy must be 'flow' or 'diffusion', got {cfg.policy!r}")
     if group not in data.observations:
         raise ConfigError(f"the dataset has observation groups {sorted(data.observations)}, not {group!r}")
     obs_all = torch.as_tensor(np.asarray(data.observations[group]), dtype=torch.float32)
@@ -56,16 +63,23 @@ def train_flow_bc(data: Any, cfg: FlowBCConfig | None = None, group: str = "poli
     obs = obs_all[torch.as_tensor(np.asarray(data.obs_index))]  # each step's observation (T + 1 rows per episode)
     torch.manual_seed(cfg.seed)
     generator = torch.Generator().manual_seed(cfg.seed)
-    policy = FlowPolicy(obs.shape[1], chunks.shape[2], cfg.chunk, tuple(cfg.hidden), cfg.num_steps,
-                        noise_head=cfg.noise_head)
+    if cfg.policy == "flow":
+        policy: FlowPolicy | DiffusionPolicy = FlowPolicy(obs.shape[1], chunks.shape[2], cfg.chunk, tuple(cfg.hidden),
+                                                          cfg.num_steps, noise_head=cfg.noise_head)
+    else:
+        policy = DiffusionPolicy(obs.shape[1], chunks.shape[2], cfg.chunk, tuple(cfg.hidden), cfg.train_steps,
+                                 cfg.num_steps)
     policy.obs_norm.update(obs)  # the dataset's mean and std travel with the policy (LeRobot's MEAN_STD)
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     losses = []
     for _ in range(cfg.steps):
         i = torch.randint(0, len(chunks), (cfg.batch_size,), generator=generator)
         a = chunks[i]
-        loss = policy.bc_loss(obs[i], a, torch.randn(a.shape, generator=generator),
-                              torch.rand(len(i), generator=generator))
+        noise = torch.randn(a.shape, generator=generator)
+        if cfg.policy == "flow":
+            loss = policy.bc_loss(obs[i], a, noise, torch.rand(len(i), generator=generator))
+        else:
+            loss = policy.bc_loss(obs[i], a, noise, torch.randint(0, cfg.train_steps, (len(i),), generator=generator))
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -1,0 +1,131 @@
+"""The diffusion chunk policy (policies/diffusion.py) and DSRL (robolearn/algos/dsrl.py): the cosine schedule and
+DDIM written out by hand, BC that fits a state-dependent chunk, the latent-noise env as a VecEnv, and SAC over the
+noise of a frozen policy learning to steer it, with a checkpoint and resume through robolearn's off-policy runner."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from policies.diffusion import DiffusionPolicy, cosine_alphas_cumprod
+from policies.flow import FlowPolicy
+from robolearn.algos.dsrl import DSRLConfig, NoiseActionEnv, dsrl_runner
+from robolearn.algos.sac import SACConfig
+from robolearn.errors import ConfigError
+
+
+def test_cosine_schedule_and_ddim_by_hand():
+    abar = cosine_alphas_cumprod(100)
+    f = [math.cos((t / 100 + 0.008) / 1.008 * math.pi / 2) ** 2 for t in (0, 1, 2)]
+    torch.testing.assert_close(abar[:2], torch.tensor([f[1] / f[0], f[2] / f[0]]))  # abar_k = f(k+1) / f(0)
+    assert bool((abar[1:] < abar[:-1]).all()) and 0 < float(abar[-1]) < 1e-3
+    policy = DiffusionPolicy(3, 2, chunk=2, hidden=(16,), train_steps=100, inference_steps=5, clip_sample=0.0)
+    assert policy.timesteps.tolist() == [80, 60, 40, 20, 0]
+    with torch.no_grad():  # eps = 0: each DDIM step scales x by sqrt(abar_prev / abar), so x_0 = x_T / sqrt(abar_80)
+        policy.eps_net[-1].weight.zero_()
+        policy.eps_net[-1].bias.zero_()
+    obs, noise = torch.randn(4, 3), torch.randn(4, 2, 2)
+    torch.testing.assert_close(policy.sample(obs, noise), noise / policy.alphas_cumprod[80].sqrt())
+    clipped = DiffusionPolicy(3, 2, chunk=2, hidden=(16,), inference_steps=5)
+    clipped.load_state_dict(policy.state_dict())
+    assert float(clipped.sample(obs, 10 * noise).detach().abs().max()) <= 1.0 + 1e-5  # a0 clipped to the action box
+    with pytest.raises(ValueError, match="inference_steps"):
+        DiffusionPolicy(3, 2, train_steps=10, inference_steps=20)
+
+
+def test_diffusion_bc_fits_a_chunk():
+    """Epsilon regression on chunks a = [sin(2 obs_0), 0.5 obs_1]: DDIM from x_T = 0 reproduces them."""
+    torch.manual_seed(2)
+    policy = DiffusionPolicy(2, 1, chunk=2, hidden=(64, 64), train_steps=50, inference_steps=10)
+    opt = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    gen = torch.Generator().manual_seed(0)
+
+    def target(obs):
+        return torch.stack([torch.sin(2 * obs[:, 0]), 0.5 * obs[:, 1]], 1).unsqueeze(-1)
+
+    for _ in range(800):
+        obs = torch.rand(128, 2, generator=gen) * 2 - 1
+        a = target(obs)
+        loss = policy.bc_loss(obs, a, torch.randn(a.shape, generator=gen), torch.randint(0, 50, (128,), generator=gen))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    obs = torch.rand(256, 2, generator=gen) * 2 - 1
+    with torch.no_grad():
+        err = (policy(obs) - target(obs)).abs().mean()
+    assert err < 0.1, float(err)
+
+
+class ReachEnv:
+    """Reward -|a - (0.6, -0.4)|^2 each step, episodes of 4 steps; obs = [step / 4, 1]."""
+
+    def __init__(self, num_envs: int):
+        self.num_envs, self.max_episode_length, self.num_actions = num_envs, 4, 2
+        self.observation_shapes = {"policy": (2,)}
+        self.device, self.cfg, self.t = torch.device("cpu"), {"task": "reach-toy"}, 0
+
+    def _obs(self) -> TensorDict:
+        obs = torch.tensor([self.t / 4, 1.0]).expand(self.num_envs, 2).clone()
+        return TensorDict({"policy": obs}, batch_size=[self.num_envs])
+
+    def reset(self, seed: int | None = None) -> TensorDict:
+        self.t = 0
+        return self._obs()
+
+    def get_observations(self) -> TensorDict:
+        return self._obs()
+
+    def step(self, actions: torch.Tensor):
+        reward = -((actions - torch.tensor([0.6, -0.4])) ** 2).sum(-1)
+        self.t += 1
+        done = torch.full((self.num_envs,), self.t == 4)
+        final = self._obs()
+        self.t %= 4
+        return self._obs(), reward, done.long(), {"time_outs": done, "terminated": torch.zeros_like(done),
+                                                  "final_obs": final, "log": {}}
+
+    def state_dict(self) -> dict:
+        import numpy as np
+
+        return {"t": np.array(self.t)}
+
+    def load_state_dict(self, arrays: dict) -> None:
+        self.t = int(arrays["t"])
+
+
+def identity_flow() -> FlowPolicy:
+    """A flow policy whose velocity is 0: its ODE returns the initial noise, so the latent action is the action."""
+    policy = FlowPolicy(2, 2, chunk=2, hidden=(8,), num_steps=2)
+    with torch.no_grad():
+        policy.velocity_net[-1].weight.zero_()
+        policy.velocity_net[-1].bias.zero_()
+    return policy
+
+
+def test_noise_env_runs_chunks_of_the_frozen_policy():
+    env = NoiseActionEnv(ReachEnv(3), identity_flow(), magnitude=2.0)
+    assert env.num_actions == 4 and env.max_episode_length == 2
+    w = torch.tensor([[0.3, -0.2, 0.3, -0.2]]).expand(3, 4)  # x_T = 2 w = (0.6, -0.4) twice: reward 0
+    obs, reward, done, extras = env.step(w)
+    assert torch.equal(reward, torch.zeros(3)) and not done.any()
+    _, reward, done, extras = env.step(torch.zeros(3, 4))  # actions 0: -(0.36 + 0.16) per step, two steps
+    torch.testing.assert_close(reward, torch.full((3,), -1.04))
+    assert done.all() and extras["time_outs"].all()
+    with pytest.raises(ConfigError, match="magnitude"):
+        NoiseActionEnv(ReachEnv(1), identity_flow(), magnitude=0.0)
+
+
+def test_dsrl_steers_a_frozen_policy_and_resumes(tmp_path):
+    sac = SACConfig(actor_hidden=(32, 32), critic_hidden=(32, 32), batch_size=64, learning_starts=64,
+                    actor_lr=3e-3, critic_lr=3e-3, temperature_lr=3e-3)
+    cfg = DSRLConfig(magnitude=1.0, steps_per_iteration=4, eval_every=128)
+    runner = dsrl_runner(identity_flow(), ReachEnv(8), ReachEnv(4), sac, tmp_path / "run", cfg, seed=0)
+    rows = runner.learn(24, checkpoint_interval=12)
+    before, after = rows[0]["eval/return"], rows[-1]["eval/return"]
+    assert before < -1.2 and after > -0.3, (before, after)  # w = 0 plays a = 0: 4 x -0.52
+    resumed = dsrl_runner(identity_flow(), ReachEnv(8), ReachEnv(4), sac, tmp_path / "run2", cfg, seed=0)
+    resumed.restore(tmp_path / "run" / "checkpoints" / "latest")
+    assert resumed.updates == runner.updates and resumed.env_steps == runner.env_steps
