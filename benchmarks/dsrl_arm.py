@@ -39,10 +39,14 @@ def main() -> None:
     parser.add_argument("--bc-steps", type=int, default=6000)
     parser.add_argument("--chunk", type=int, default=5)
     parser.add_argument("--num-envs", type=int, default=16)
-    parser.add_argument("--iterations", type=int, default=40)   # x 30 decisions x num_envs
-    parser.add_argument("--magnitude", type=float, default=1.0)
-    parser.add_argument("--utd", type=float, default=1.0)
-    parser.add_argument("--eval-every", type=int, default=4800)  # decisions (all envs)
+    parser.add_argument("--iterations", type=int, default=25)   # x 30 decisions x num_envs
+    parser.add_argument("--magnitude", type=float, default=1.5)
+    parser.add_argument("--utd", type=float, default=2.0)
+    parser.add_argument("--eval-every", type=int, default=2400)  # decisions (all envs)
+    parser.add_argument("--variant", default="na", choices=["sac", "na"])
+    parser.add_argument("--noise-critic-steps", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=1500)      # decisions of uniform noise before learning
+    parser.add_argument("--target-entropy-scale", type=float, default=0.0)  # the paper's target_ent 0
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(OUT / f"dsrl_{TASK}_cpu"))
     args = parser.parse_args()
@@ -57,11 +61,12 @@ def main() -> None:
     bc = {"demos": args.demos, "bc_steps": args.bc_steps, "bc_loss": losses[-1], "bc_s": time.perf_counter() - began}
     env = sim.make(TASK, num_envs=args.num_envs, seed=args.seed + 1, nthread=1)
     eval_env = sim.make(TASK, num_envs=100, seed=args.seed + 2, nthread=1)
-    sac = SACConfig(utd_ratio=args.utd, learning_starts=0, random_warmup=False)
+    sac = SACConfig(utd_ratio=args.utd, learning_starts=args.warmup, random_warmup=True, critic_layer_norm=True,
+                    target_entropy_scale=args.target_entropy_scale)
     run_dir = Path(tempfile.mkdtemp(prefix="dsrl-"))
     decisions = env.max_episode_length // args.chunk
-    runner = dsrl_runner(base, env, eval_env, sac, run_dir, DSRLConfig(args.magnitude, decisions, args.eval_every),
-                         seed=args.seed)
+    cfg = DSRLConfig(args.magnitude, decisions, args.eval_every, args.variant, args.noise_critic_steps)
+    runner = dsrl_runner(base, env, eval_env, sac, run_dir, cfg, seed=args.seed)
     rows = runner.learn(args.iterations, checkpoint_interval=args.iterations)
     shutil.rmtree(run_dir, ignore_errors=True)
     curve = [{"decisions": r["env_steps"], "env_steps": r["env_steps"] * args.chunk, "wall_s": r.get("wall_s", 0.0),

@@ -118,10 +118,11 @@ def test_noise_env_runs_chunks_of_the_frozen_policy():
         NoiseActionEnv(ReachEnv(1), identity_flow(), magnitude=0.0)
 
 
-def test_dsrl_steers_a_frozen_policy_and_resumes(tmp_path):
+@pytest.mark.parametrize("variant", ["sac", "na"])
+def test_dsrl_steers_a_frozen_policy_and_resumes(tmp_path, variant):
     sac = SACConfig(actor_hidden=(32, 32), critic_hidden=(32, 32), batch_size=64, learning_starts=64,
                     actor_lr=3e-3, critic_lr=3e-3, temperature_lr=3e-3)
-    cfg = DSRLConfig(magnitude=1.0, steps_per_iteration=4, eval_every=128)
+    cfg = DSRLConfig(magnitude=1.0, steps_per_iteration=4, eval_every=128, variant=variant)
     runner = dsrl_runner(identity_flow(), ReachEnv(8), ReachEnv(4), sac, tmp_path / "run", cfg, seed=0)
     rows = runner.learn(24, checkpoint_interval=12)
     before, after = rows[0]["eval/return"], rows[-1]["eval/return"]
@@ -129,3 +130,5 @@ def test_dsrl_steers_a_frozen_policy_and_resumes(tmp_path):
     resumed = dsrl_runner(identity_flow(), ReachEnv(8), ReachEnv(4), sac, tmp_path / "run2", cfg, seed=0)
     resumed.restore(tmp_path / "run" / "checkpoints" / "latest")
     assert resumed.updates == runner.updates and resumed.env_steps == runner.env_steps
+    for name, tensor in runner.algo.model_state().items():  # DSRL-NA's noise critic and base policy included
+        torch.testing.assert_close(resumed.algo.model_state()[name], tensor, msg=name)

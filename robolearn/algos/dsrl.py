@@ -14,6 +14,12 @@ replay, UTD, checkpoints, exact resume, evaluation, metrics.
 
 The deterministic latent policy (w = tanh(mean)) is what evaluation plays; w = 0 replays the base policy's own
 deterministic chunk (its `forward`), so DSRL starts from the base policy's mode, not its average.
+
+`variant: na` is DSRL-NA (noise aliasing; the paper's code, `stable_baselines3/dsrl/dsrl.py`, and its README's
+preferred variant), `DSRLNA` below: the TD critic Q^A(s, a) is on the real action chunk a = pi_dp(s, w) (recomputed
+from the stored noise, the base being frozen and deterministic), a noise critic Q^W(s, w) is distilled from it on
+fresh noise w ~ N(0, I) (member i onto member i), and the actor maximises Q^W. Many noises alias to one chunk, so
+Q^W learns from every relabelled noise, not only the played ones.
 """
 
 from __future__ import annotations
@@ -25,8 +31,9 @@ from typing import Any
 import torch
 
 from policies.diffusion import DiffusionPolicy
+from policies.ensemble import QEnsemble
 from policies.flow import FlowPolicy
-from robolearn.algos.sac import SAC, SACConfig
+from robolearn.algos.sac import SAC, SACConfig, actor_objective_q, polyak_update, shaped_rewards
 from robolearn.chunks import run_chunk
 from robolearn.errors import ConfigError
 from robolearn.runners.base import task_reference
@@ -79,22 +86,111 @@ class NoiseActionEnv:
         self.env.close()
 
 
+class DSRLNA(SAC):
+    """DSRL-NA: SAC whose TD critic sees real action chunks and whose actor follows a noise critic distilled from
+    it (see the module docstring). Acts, checkpoints (base policy included) and resumes like SAC."""
+
+    def __init__(self, base: FlowPolicy | DiffusionPolicy, magnitude: float, obs_dim: int, critic_obs_dim: int,
+                 cfg: SACConfig, noise_critic_steps: int = 1, device: str | torch.device = "cpu"):
+        if cfg.compile or cfg.hl_gauss:
+            raise ConfigError("DSRL-NA supports neither sac.compile nor sac.hl_gauss")
+        super().__init__(obs_dim, critic_obs_dim, base.chunk * base.action_dim, cfg, device)
+        self.base, self.magnitude, self.noise_critic_steps = base.to(self.device), magnitude, noise_critic_steps
+        self.noise_critic = QEnsemble(critic_obs_dim, self.num_actions, cfg.num_critics, cfg.critic_hidden,
+                                      cfg.activation, cfg.critic_layer_norm).to(self.device)
+        self.noise_critic_opt = torch.optim.Adam(self.noise_critic.parameters(), lr=cfg.critic_lr, fused=True)
+
+    @torch.no_grad()
+    def chunk(self, obs: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """[B, H * A] the base policy's chunk for latent actions w in [-1, 1]^(H * A)."""
+        noise = self.magnitude * w.reshape(w.shape[0], self.base.chunk, self.base.action_dim)
+        return denoise(self.base, obs, noise).flatten(1)
+
+    def update_critic(self, batch: dict[str, Any], generator: torch.Generator | None = None
+                      ) -> dict[str, torch.Tensor]:
+        cfg = self.cfg
+        obs, next_obs = batch["obs"]["policy"], batch["next_obs"]["policy"]
+        obs_c, next_obs_c = self.critic_obs(batch["obs"]), self.critic_obs(batch["next_obs"])
+        steps = batch.get("steps")
+        steps = torch.ones_like(batch["rewards"]) if steps is None else steps
+        with torch.no_grad():  # Q^A's TD target on the chunk the next latent action denoises to
+            next_w, next_logp = self.actor.sample(next_obs, noise=self._noise(next_obs.shape[0], generator))
+            next_v = self._target_min(next_obs_c, self.chunk(next_obs, next_w), self._subset(generator))
+            if cfg.backup_entropy:
+                next_v = next_v - self.alpha * next_logp
+            target = shaped_rewards(batch["rewards"], steps, cfg.gamma, cfg.reward_scale, cfg.reward_bias)
+            target = target + batch["discount"] * next_v
+        stats = self._critic_step(obs_c, self.chunk(obs, batch["actions"]), target)
+        polyak_update(self.critic_target, self.critic, cfg.tau)
+        for _ in range(self.noise_critic_steps):  # Q^W(s, w) <- Q^A(s, pi_dp(s, w)), w ~ N(0, I) in noise units
+            w = (torch.randn(obs.shape[0], self.num_actions, generator=generator, device=self.device)
+                 / self.magnitude).clamp(-1.0, 1.0)
+            with torch.no_grad():
+                q_a = self.critic(obs_c, self.chunk(obs, w))
+            loss = 0.5 * ((self.noise_critic(obs_c, w) - q_a) ** 2).mean(-1).sum()
+            self._step(self.noise_critic_opt, loss)
+        stats["noise_critic_loss"] = loss.detach()
+        self.critic_updates += 1
+        if self.critic_updates % self.actor_period == 0:
+            stats.update(self.update_actor(batch, generator))
+        return stats
+
+    def _actor_update(self, obs: torch.Tensor, obs_c: torch.Tensor, noise: torch.Tensor) -> dict[str, torch.Tensor]:
+        """SAC's actor and temperature step, on the noise critic."""
+        actions, logp = self.actor.sample(obs, noise=noise)
+        q = actor_objective_q(self.noise_critic(obs_c, actions), self.cfg.actor_q)
+        loss = (self.alpha * logp - q).mean()
+        stats = {"actor_loss": loss.detach().clone(), "entropy": -logp.detach().mean()}
+        self._step(self.actor_opt, loss)
+        if self.cfg.learn_temperature:
+            self._step(self.alpha_opt, -(self.log_alpha * (logp.detach() + self.target_entropy)).mean())
+        stats["alpha"] = self.alpha
+        return stats
+
+    def model_state(self) -> dict[str, torch.Tensor]:
+        state = super().model_state()
+        state.update({f"noise_critic.{k}": v for k, v in self.noise_critic.state_dict().items()})
+        state.update({f"base.{k}": v for k, v in self.base.state_dict().items()})
+        return state
+
+    def load_model_state(self, state: dict[str, torch.Tensor]) -> None:
+        super().load_model_state(state)
+        for name, module in (("noise_critic", self.noise_critic), ("base", self.base)):
+            module.load_state_dict({k[len(name) + 1:]: v for k, v in state.items() if k.startswith(name + ".")})
+
+    @property
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {**super().optimizers, "noise_critic": self.noise_critic_opt}
+
+
 @dataclasses.dataclass
 class DSRLConfig:
     magnitude: float = 1.0          # |noise| bound: x_T = magnitude * tanh(SAC's pre-activation)
     steps_per_iteration: int = 10   # chunk decisions per env per logged iteration
     eval_every: int = 0             # decisions (all envs) between evaluations; 0: none
+    variant: str = "sac"            # sac (DSRL-SAC) | na (DSRL-NA, noise aliasing)
+    noise_critic_steps: int = 1     # DSRL-NA: noise-critic distillation steps per critic update (paper: 10)
+
+    def __post_init__(self) -> None:
+        if self.variant not in ("sac", "na"):
+            raise ConfigError(f"DSRL variant must be 'sac' or 'na', got {self.variant!r}")
 
 
 def dsrl_runner(base: FlowPolicy | DiffusionPolicy, env: Any, eval_env: Any | None, sac: SACConfig,
                 run_dir: str | Path, cfg: DSRLConfig | None = None, seed: int = 0, progress: bool = False
                 ) -> OffPolicyRunner:
-    """SAC over `base`'s noise in `env` (and `eval_env`), as robolearn's off-policy runner; call `.learn(n)`."""
+    """SAC (or DSRL-NA) over `base`'s noise in `env` (and `eval_env`), as robolearn's off-policy runner; call
+    `.learn(n)`."""
     cfg = cfg if cfg is not None else DSRLConfig()
     noise_env = NoiseActionEnv(env, base, cfg.magnitude)
     eval_noise_env = NoiseActionEnv(eval_env, base, cfg.magnitude) if eval_env is not None else None
     torch.manual_seed(seed)
-    algo = SAC.for_env(noise_env, sac)
+    if cfg.variant == "na":
+        shapes = env.observation_shapes
+        algo: SAC = DSRLNA(base, cfg.magnitude, shapes["policy"][0], (shapes.get("critic") or shapes["policy"])[0],
+                           sac, cfg.noise_critic_steps)
+    else:
+        algo = SAC.for_env(noise_env, sac)
     config = {"algo": {"name": "dsrl", **dataclasses.asdict(sac), **dataclasses.asdict(cfg)},
               "env": noise_env.cfg, "seed": seed}
     task = env.cfg.get("task") if isinstance(env.cfg, dict) else None
