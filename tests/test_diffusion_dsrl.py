@@ -124,7 +124,7 @@ def test_dsrl_steers_a_frozen_policy_and_resumes(tmp_path, variant):
                     actor_lr=3e-3, critic_lr=3e-3, temperature_lr=3e-3)
     cfg = DSRLConfig(magnitude=1.0, steps_per_iteration=4, eval_every=128, variant=variant)
     runner = dsrl_runner(identity_flow(), ReachEnv(8), ReachEnv(4), sac, tmp_path / "run", cfg, seed=0)
-    rows = runner.learn(24, checkpoint_interval=12)
+    rows = runner.learn(16, checkpoint_interval=8)
     before, after = rows[0]["eval/return"], rows[-1]["eval/return"]
     assert before < -1.2 and after > -0.3, (before, after)  # w = 0 plays a = 0: 4 x -0.52
     resumed = dsrl_runner(identity_flow(), ReachEnv(8), ReachEnv(4), sac, tmp_path / "run2", cfg, seed=0)
