@@ -57,9 +57,9 @@ def _pure_rollout(name: str, backend: str, steps: int):
 
 # Tasks that run another task's model and physics with other JAX reward / observation / reset code (which runs
 # unchanged on both backends) are checked through that one, so the MJX compile is paid once per physics: arm-push
-# (arm-pick-place's), the umaze and medium mazes (the large layout's walls and body), cartpole-balance (swing-up's
-# model), quadrotor-hover (track's).
-SAME_PHYSICS = {"arm-push", "ant-maze-umaze", "ant-maze-medium", "point-maze-umaze", "point-maze-medium",
+# and arm-reach (arm-pick-place's arm; reach's model is the same arm without the cube), the umaze and medium mazes
+# (the large layout's walls and body), cartpole-balance (swing-up's model), quadrotor-hover (track's).
+SAME_PHYSICS = {"arm-push", "arm-reach", "ant-maze-umaze", "ant-maze-medium", "point-maze-umaze", "point-maze-medium",
                 "cartpole-balance", "quadrotor-hover"}
 
 
