@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 from tensordict import TensorDict
+from test_flow_policy import bc_fit_error
 
 from policies.diffusion import DiffusionPolicy, cosine_alphas_cumprod
 from policies.flow import FlowPolicy
@@ -37,26 +38,11 @@ def test_cosine_schedule_and_ddim_by_hand():
 
 
 def test_diffusion_bc_fits_a_chunk():
-    """Epsilon regression on chunks a = [sin(2 obs_0), 0.5 obs_1]: DDIM from x_T = 0 reproduces them."""
+    """Epsilon regression on a state-dependent chunk: DDIM from x_T = 0 reproduces it."""
     torch.manual_seed(2)
     policy = DiffusionPolicy(2, 1, chunk=2, hidden=(64, 64), train_steps=50, inference_steps=10)
-    opt = torch.optim.Adam(policy.parameters(), lr=3e-3)
-    gen = torch.Generator().manual_seed(0)
-
-    def target(obs):
-        return torch.stack([torch.sin(2 * obs[:, 0]), 0.5 * obs[:, 1]], 1).unsqueeze(-1)
-
-    for _ in range(800):
-        obs = torch.rand(128, 2, generator=gen) * 2 - 1
-        a = target(obs)
-        loss = policy.bc_loss(obs, a, torch.randn(a.shape, generator=gen), torch.randint(0, 50, (128,), generator=gen))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    obs = torch.rand(256, 2, generator=gen) * 2 - 1
-    with torch.no_grad():
-        err = (policy(obs) - target(obs)).abs().mean()
-    assert err < 0.1, float(err)
+    err = bc_fit_error(policy, lambda n, gen: torch.randint(0, 50, (n,), generator=gen), 800)
+    assert err < 0.1, err
 
 
 class ReachEnv:

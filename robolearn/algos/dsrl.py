@@ -33,7 +33,7 @@ import torch
 from policies.diffusion import DiffusionPolicy
 from policies.ensemble import QEnsemble
 from policies.flow import FlowPolicy
-from robolearn.algos.sac import SAC, SACConfig, actor_objective_q, polyak_update, shaped_rewards
+from robolearn.algos.sac import SAC, SACConfig, polyak_update, shaped_rewards
 from robolearn.chunks import run_chunk
 from robolearn.errors import ConfigError
 from robolearn.runners.base import task_reference
@@ -135,17 +135,9 @@ class DSRLNA(SAC):
             stats.update(self.update_actor(batch, generator))
         return stats
 
-    def _actor_update(self, obs: torch.Tensor, obs_c: torch.Tensor, noise: torch.Tensor) -> dict[str, torch.Tensor]:
-        """SAC's actor and temperature step, on the noise critic."""
-        actions, logp = self.actor.sample(obs, noise=noise)
-        q = actor_objective_q(self.noise_critic(obs_c, actions), self.cfg.actor_q)
-        loss = (self.alpha * logp - q).mean()
-        stats = {"actor_loss": loss.detach().clone(), "entropy": -logp.detach().mean()}
-        self._step(self.actor_opt, loss)
-        if self.cfg.learn_temperature:
-            self._step(self.alpha_opt, -(self.log_alpha * (logp.detach() + self.target_entropy)).mean())
-        stats["alpha"] = self.alpha
-        return stats
+    def _policy_q(self, obs_c: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """The actor climbs the noise critic."""
+        return self.noise_critic(obs_c, actions)
 
     def model_state(self) -> dict[str, torch.Tensor]:
         state = super().model_state()

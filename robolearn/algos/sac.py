@@ -342,10 +342,14 @@ class SAC:
         noise = self._noise(policy_obs.shape[0], generator)
         return self._actor_update(policy_obs, self.critic_obs(batch["obs"]), noise)
 
+    def _policy_q(self, obs_c: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """[E, B] the critics the actor climbs (DSRL-NA swaps in its noise critic)."""
+        return self._q_values(self.critic(obs_c, actions))
+
     def _actor_update(self, obs: torch.Tensor, obs_c: torch.Tensor, noise: torch.Tensor) -> dict[str, torch.Tensor]:
         """Maximise E[Q(s, a) - alpha log pi(a|s)] (Q as `actor_q` says), then fit the temperature."""
         actions, logp = self.actor.sample(obs, noise=noise)
-        q = actor_objective_q(self._q_values(self.critic(obs_c, actions)), self.cfg.actor_q)
+        q = actor_objective_q(self._policy_q(obs_c, actions), self.cfg.actor_q)
         loss = (self.alpha * logp - q).mean()
         stats = {"actor_loss": loss.detach().clone(), "entropy": -logp.detach().mean()}
         self._step(self.actor_opt, loss)
