@@ -6,7 +6,8 @@ with the "squaredcos_cap_v2" schedule (Nichol & Dhariwal's cosine abar, betas ca
 training steps. Sampling is DDIM with eta = 0 (Song et al. 2021) over `inference_steps` evenly spaced steps,
 starting from x_T = `noise`: deterministic given the noise, so the noise is an input the way DSRL needs it (a
 latent action steering the frozen policy). Each step predicts a0 = (x - sqrt(1 - abar) eps) / sqrt(abar), clips it
-to [-clip_sample, clip_sample] (actions live in [-1, 1]) and re-derives eps from the clipped a0, as diffusers does.
+to [-clip_sample, clip_sample] (actions live in [-1, 1]) and re-derives eps from the clipped a0 (diffusers'
+`use_clipped_model_output=True`; its default, which LeRobot uses, keeps the unclipped eps).
 Observations are normalised by a `RunningNorm` fitted on the BC data, so the checkpoint carries it.
 """
 
@@ -44,13 +45,13 @@ class DiffusionPolicy(nn.Module):
         self.eps_net = mlp(obs_dim + chunk * action_dim + 1, hidden, chunk * action_dim)
         self.obs_norm = RunningNorm(obs_dim)  # identity until fitted (`obs_norm.update` on the BC data)
         self.register_buffer("alphas_cumprod", cosine_alphas_cumprod(train_steps))
-        # DDIM's steps, high to low: T-1, ..., evenly spaced, as diffusers' "leading" spacing
+        # DDIM's steps, high to low: (S - 1) * T // S, ..., 0 (diffusers' "leading" spacing)
         stride = train_steps // inference_steps
         self.register_buffer("timesteps", torch.arange(inference_steps - 1, -1, -1) * stride)
 
     def eps(self, obs: torch.Tensor, x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """Predicted noise [B, chunk, A] for noisy chunks x at integer steps k ([B] or a 0-d tensor)."""
-        k = k.to(x.dtype).reshape(-1, 1).expand(x.shape[0], 1) / self.train_steps
+        k = k.to(x.device, x.dtype).reshape(-1, 1).expand(x.shape[0], 1) / self.train_steps
         return self.eps_net(torch.cat([self.obs_norm(obs), x.flatten(1), k], -1)).view_as(x)
 
     def bc_loss(self, obs: torch.Tensor, actions: torch.Tensor, noise: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

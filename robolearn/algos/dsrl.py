@@ -54,6 +54,8 @@ class NoiseActionEnv:
     def __init__(self, env: Any, base: FlowPolicy | DiffusionPolicy, magnitude: float = 1.0):
         if magnitude <= 0:
             raise ConfigError(f"DSRL's noise magnitude must be > 0, got {magnitude}")
+        if str(getattr(env, "device", "cpu")) != "cpu":
+            raise ConfigError("DSRL runs its frozen policy and SAC on the CPU: make the env with device='cpu'")
         self.env, self.base, self.magnitude = env, base.eval().requires_grad_(False), magnitude
         self.num_envs, self.device = env.num_envs, env.device
         self.num_actions = base.chunk * base.action_dim
@@ -104,7 +106,7 @@ class DSRLNA(SAC):
     def chunk(self, obs: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """[B, H * A] the base policy's chunk for latent actions w in [-1, 1]^(H * A)."""
         noise = self.magnitude * w.reshape(w.shape[0], self.base.chunk, self.base.action_dim)
-        return denoise(self.base, obs, noise).flatten(1)
+        return denoise(self.base, obs, noise).flatten(1).clamp(-1.0, 1.0)  # what `run_chunk` executes
 
     def update_critic(self, batch: dict[str, Any], generator: torch.Generator | None = None
                       ) -> dict[str, torch.Tensor]:
@@ -166,6 +168,8 @@ class DSRLConfig:
     def __post_init__(self) -> None:
         if self.variant not in ("sac", "na"):
             raise ConfigError(f"DSRL variant must be 'sac' or 'na', got {self.variant!r}")
+        if self.noise_critic_steps < 1:
+            raise ConfigError(f"DSRL noise_critic_steps must be >= 1, got {self.noise_critic_steps}")
 
 
 def dsrl_runner(base: FlowPolicy | DiffusionPolicy, env: Any, eval_env: Any | None, sac: SACConfig,

@@ -249,6 +249,8 @@ def finetune_flow(policy: FlowPolicy, env: Any, cfg: FlowRLConfig, eval_env: Any
                   log: Any = None) -> tuple[FlowPolicy, list[dict[str, float]]]:
     """Fine-tune `policy` in `env` for `cfg.iterations`; returns it and one row per iteration (env steps, wall
     time, rollout return and success, losses, and every `eval_every` iterations the evaluation of `eval_env`)."""
+    if str(getattr(env, "device", "cpu")) != "cpu":
+        raise ConfigError("flow RL keeps its policy, critic and rollouts on the CPU: make the env with device='cpu'")
     torch.manual_seed(cfg.seed)
     generator = torch.Generator().manual_seed(cfg.seed)
     episode_chunks = -(-env.max_episode_length // policy.chunk)
