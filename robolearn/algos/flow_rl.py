@@ -32,12 +32,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from policies.actor_critic import ActorCritic
 from policies.flow import FlowPolicy, mlp
 from policies.normalizer import RunningNorm
 from robolearn.advantages import gae, grpo, masked_whiten
 from robolearn.chunks import run_chunk
 from robolearn.errors import ConfigError
 from robolearn.losses import ppo_clip_loss, value_loss
+
+critic_obs = ActorCritic.critic_obs  # the privileged "critic" group when the task has one, else "policy"
 
 
 @dataclasses.dataclass
@@ -104,10 +107,6 @@ class ChunkRollout:
     episodes: list[tuple[float, float]]  # (return, success) of each episode that ended, for logging
 
 
-def _critic_obs(obs: Any) -> torch.Tensor:
-    return obs["critic"] if "critic" in obs.keys() else obs["policy"]
-
-
 @torch.no_grad()
 def collect_chunks(env: Any, policy: FlowPolicy, critic: Critic | None, obs: Any, decisions: int, mode: str,
                    generator: torch.Generator) -> tuple[ChunkRollout, Any]:
@@ -119,7 +118,7 @@ def collect_chunks(env: Any, policy: FlowPolicy, critic: Critic | None, obs: Any
     running = torch.zeros(n)
     episodes: list[tuple[float, float]] = []
     for _ in range(decisions):
-        o, co = obs["policy"].clone(), _critic_obs(obs).clone()
+        o, co = obs["policy"].clone(), critic_obs(obs).clone()
         k = int(torch.randint(0, policy.num_steps, (1,), generator=generator)) if mode == "sde" else 0
         actions, chain, logp = policy.sample(o, mode, sde_step=k, generator=generator)
         step = run_chunk(env, actions)
@@ -138,7 +137,7 @@ def collect_chunks(env: Any, policy: FlowPolicy, critic: Critic | None, obs: Any
         rows["rewards"].append(step.reward)
         rows["dones"].append(step.terminated)
         rows["truncs"].append(step.truncated)
-        bootstrap = critic(_critic_obs(step.final_obs)) if critic is not None and bool(step.truncated.any()) else None
+        bootstrap = critic(critic_obs(step.final_obs)) if critic is not None and bool(step.truncated.any()) else None
         rows["bootstrap"].append(bootstrap if bootstrap is not None else torch.zeros(n))
     return ChunkRollout(**{k: torch.stack(v) for k, v in rows.items()}, episodes=episodes), obs
 
@@ -155,7 +154,6 @@ def evaluate_flow(env: Any, policy: FlowPolicy, seed: int = 12345) -> dict[str, 
         total += step.reward
         obs = step.obs
         if bool(step.done.all()):  # every env started together, so they all end at the time limit together
-            env.reset(seed=seed)
             return {"success": step.log.get("episode/success", float("nan")), "return": float(total.mean())}
     raise ConfigError("evaluate_flow needs episodes that all end together (no early termination)")
 
@@ -176,33 +174,34 @@ class FlowRL:
         self.actor_opt = torch.optim.Adam(policy.parameters(), lr=cfg.actor_lr)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr) if self.critic else None
 
-    def advantages(self, ro: ChunkRollout, last_obs: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(advantages, returns, loss mask), each [N, T] (batch-major, as `robolearn.advantages` wants)."""
+    def advantages(self, ro: ChunkRollout, last_obs: Any
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(advantages, returns, loss mask) [N, T] (batch-major, as `robolearn.advantages` wants) and the critic's
+        values of the decisions [T, N] (PPO; None for GRPO)."""
         cfg = self.cfg
         if cfg.algo == "grpo":
             n = ro.rewards.shape[1]
             group_ids = torch.arange(n) // cfg.group_size
             adv, _ = grpo(ro.rewards.T, mask=ro.alive.T, group_ids=group_ids)
-            return adv, torch.zeros_like(adv), ro.alive.T
+            return adv, torch.zeros_like(adv), ro.alive.T, None
         with torch.no_grad():
-            values = torch.cat([self.critic(ro.critic_obs), self.critic(_critic_obs(last_obs))[None]])  # [T + 1, N]
+            values = torch.cat([self.critic(ro.critic_obs), self.critic(critic_obs(last_obs))[None]])  # [T + 1, N]
         adv, returns = gae(ro.rewards.T, values.T, dones=ro.dones.T, truncs=ro.truncs.T,
                            bootstrap_values=ro.bootstrap.T, gamma=cfg.gamma, lam=cfg.lam)
-        return masked_whiten(adv), returns, torch.ones_like(adv, dtype=torch.bool)
+        return masked_whiten(adv), returns, torch.ones_like(adv, dtype=torch.bool), values[:-1]
 
     def update(self, ro: ChunkRollout, last_obs: Any, train_actor: bool, generator: torch.Generator
                ) -> dict[str, float]:
         cfg, policy = self.cfg, self.policy
-        adv, returns, mask = self.advantages(ro, last_obs)
+        adv, returns, mask, values = self.advantages(ro, last_obs)
         t, n = ro.rewards.shape
         # flatten decisions to samples, decision-major: sample s = (t, env) with t = s // n
         flat = lambda x: x.reshape(t * n, *x.shape[2:])  # noqa: E731
-        obs, critic_obs, old_logp = flat(ro.obs), flat(ro.critic_obs), flat(ro.log_probs)
+        obs, obs_c, old_logp = flat(ro.obs), flat(ro.critic_obs), flat(ro.log_probs)
         chains = ro.chains.transpose(0, 1).reshape(ro.chains.shape[1], t * n, *ro.chains.shape[3:])
         sde_steps = ro.sde_steps.repeat_interleave(n)
         adv, returns, mask = adv.T.reshape(-1), returns.T.reshape(-1), mask.T.reshape(-1)
-        with torch.no_grad():
-            old_values = self.critic(critic_obs) if self.critic else None
+        old_values = values.reshape(-1) if values is not None else None
         keep = mask.nonzero().flatten()  # GRPO: only decisions inside the episode take part
         mb = max(1, len(keep) // cfg.minibatches)
         stats = {"loss/policy": 0.0, "loss/value": 0.0, "entropy": 0.0, "kl": 0.0, "clip_fraction": 0.0}
@@ -212,7 +211,7 @@ class FlowRL:
             for start in range(0, mb * cfg.minibatches, mb):
                 idx = perm[start:start + mb]
                 if self.critic is not None:
-                    v_loss = value_loss(self.critic(critic_obs[idx]), old_values[idx], returns[idx], clip=None)
+                    v_loss = value_loss(self.critic(obs_c[idx]), old_values[idx], returns[idx], clip=None)
                     self.critic_opt.zero_grad(set_to_none=True)
                     v_loss.backward()
                     nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
@@ -241,7 +240,7 @@ class FlowRL:
                     stats["clip_fraction"] += float(info["clip_fraction"])
                 count += 1
         if self.critic is not None:  # after the update, so the critic's inputs were fixed during it
-            self.critic.norm.update(critic_obs)
+            self.critic.norm.update(obs_c)
         return {k: v / max(count, 1) for k, v in stats.items()}
 
 
