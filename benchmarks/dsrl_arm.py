@@ -20,10 +20,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.flow_rl_arm import OUT, TASK, demonstrations  # noqa: E402
 from benchmarks.sim_throughput import machine_info  # noqa: E402
-
-OUT = Path(__file__).parent / "results"
-TASK = "arm-push"
 
 
 def main() -> None:
@@ -31,8 +29,6 @@ def main() -> None:
     from robolearn.algos.chunk_bc import ChunkBCConfig, train_chunk_bc
     from robolearn.algos.dsrl import DSRLConfig, dsrl_runner
     from robolearn.algos.sac import SACConfig
-    from robolearn.collect import CollectConfig, collect
-    from robolearn.config import EnvConfig
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--demos", type=int, default=100)
@@ -53,9 +49,7 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     began = time.perf_counter()
-    data = collect(CollectConfig(env=EnvConfig(name=TASK, num_envs=min(args.demos, 50)), kind="expert",
-                                 policy="reference", episodes=args.demos, seed=args.seed, progress=False,
-                                 ref_min_score=0.0, ref_max_score=1.0))
+    data = demonstrations(args.demos, args.seed)
     base, losses = train_chunk_bc(data, ChunkBCConfig(policy="diffusion", chunk=args.chunk, num_steps=10,
                                                       hidden=(256, 256), steps=args.bc_steps, seed=args.seed))
     bc = {"demos": args.demos, "bc_steps": args.bc_steps, "bc_loss": losses[-1], "bc_s": time.perf_counter() - began}

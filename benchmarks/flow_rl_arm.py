@@ -27,16 +27,23 @@ OUT = Path(__file__).parent / "results"
 TASK = "arm-push"
 
 
-def bc_policy(args: argparse.Namespace) -> tuple[dict, dict]:
-    """The BC flow policy's weights and what it took: `demos` noise-free episodes of the reference controller."""
-    from robolearn.algos.chunk_bc import ChunkBCConfig, train_chunk_bc
+def demonstrations(episodes: int, seed: int) -> object:
+    """`episodes` noise-free episodes of the task's scripted reference controller (the BC data of both arm
+    benchmarks)."""
     from robolearn.collect import CollectConfig, collect
     from robolearn.config import EnvConfig
 
-    began = time.perf_counter()
-    data = collect(CollectConfig(env=EnvConfig(name=TASK, num_envs=min(args.demos, 50)), kind="expert",
-                                 policy="reference", episodes=args.demos, seed=args.seed, progress=False,
+    return collect(CollectConfig(env=EnvConfig(name=TASK, num_envs=min(episodes, 50)), kind="expert",
+                                 policy="reference", episodes=episodes, seed=seed, progress=False,
                                  ref_min_score=0.0, ref_max_score=1.0))
+
+
+def bc_policy(args: argparse.Namespace) -> tuple[dict, dict]:
+    """The BC flow policy's weights and what it took: `demos` noise-free episodes of the reference controller."""
+    from robolearn.algos.chunk_bc import ChunkBCConfig, train_chunk_bc
+
+    began = time.perf_counter()
+    data = demonstrations(args.demos, args.seed)
     collected = time.perf_counter() - began
     policy, losses = train_chunk_bc(data, ChunkBCConfig(chunk=args.chunk, num_steps=4, hidden=(256, 256),
                                                       steps=args.bc_steps, seed=args.seed))
