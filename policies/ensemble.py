@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from policies.actor_critic import ACTIVATIONS
+from policies.normalizer import FixedNorm
 
 
 class EnsembleLinear(nn.Module):
@@ -34,11 +35,13 @@ class EnsembleMLP(nn.Module):
     """E MLPs evaluated together; optional LayerNorm after each hidden linear (Linear -> LN -> act, as RLPD).
 
     `forward(x)` takes [B, in] (the same input for every member) or [E, B, in] and returns [E, B, out].
+    `obs_norm`: the input first goes through a `FixedNorm` (`obs_norm`, the identity until fitted on a dataset).
     """
 
     def __init__(self, num_members: int, in_dim: int, hidden: tuple[int, ...] | list[int], out_dim: int,
-                 activation: str = "relu", layer_norm: bool = False):
+                 activation: str = "relu", layer_norm: bool = False, obs_norm: bool = False):
         super().__init__()
+        self.obs_norm = FixedNorm(in_dim) if obs_norm else None
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         if num_members < 1:
@@ -55,6 +58,8 @@ class EnsembleMLP(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.obs_norm is not None:
+            x = self.obs_norm(x)
         if x.ndim == 2:
             x = x.unsqueeze(0).expand(self.num_members, *x.shape)
         return self.net(x)
@@ -78,10 +83,11 @@ class QEnsemble(nn.Module):
     """E critics Q_i(o, a) in one batched network; returns [E, B] values or [E, B, bins] logits."""
 
     def __init__(self, obs_dim: int, num_actions: int, num_critics: int = 2, hidden: tuple[int, ...] = (256, 256),
-                 activation: str = "relu", layer_norm: bool = False, num_bins: int = 1):
+                 activation: str = "relu", layer_norm: bool = False, num_bins: int = 1, obs_norm: bool = False):
         super().__init__()
         self.num_bins = num_bins
-        self.net = EnsembleMLP(num_critics, obs_dim + num_actions, hidden, num_bins, activation, layer_norm)
+        # obs_norm: the [obs, action] input is normalised; fitting on observations sets the obs part only
+        self.net = EnsembleMLP(num_critics, obs_dim + num_actions, hidden, num_bins, activation, layer_norm, obs_norm)
 
     @property
     def num_critics(self) -> int:
@@ -103,9 +109,9 @@ class TanhGaussianActor(nn.Module):
     """
 
     def __init__(self, obs_dim: int, num_actions: int, hidden: tuple[int, ...] = (256, 256),
-                 activation: str = "relu", layer_norm: bool = False):
+                 activation: str = "relu", layer_norm: bool = False, obs_norm: bool = False):
         super().__init__()
-        self.net = EnsembleMLP(1, obs_dim, hidden, 2 * num_actions, activation, layer_norm)
+        self.net = EnsembleMLP(1, obs_dim, hidden, 2 * num_actions, activation, layer_norm, obs_norm)
 
     def _stats(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean, log_std = self.net(obs)[0].chunk(2, -1)
@@ -157,9 +163,9 @@ class DeterministicActor(nn.Module):
     """a = tanh(mu(o)): TD3's actor, an MLP with a squashed output."""
 
     def __init__(self, obs_dim: int, num_actions: int, hidden: tuple[int, ...] = (256, 256),
-                 activation: str = "relu", layer_norm: bool = False):
+                 activation: str = "relu", layer_norm: bool = False, obs_norm: bool = False):
         super().__init__()
-        self.net = EnsembleMLP(1, obs_dim, hidden, num_actions, activation, layer_norm)
+        self.net = EnsembleMLP(1, obs_dim, hidden, num_actions, activation, layer_norm, obs_norm)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.net(obs)[0])

@@ -39,3 +39,30 @@ class RunningNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.clamp((x - self.mean) / torch.sqrt(self.var + self.eps), -self.clip, self.clip)
+
+
+class FixedNorm(nn.Module):
+    """(x - mean) / std with statistics fitted once on a dataset (CORL's `normalize: true` states).
+
+    The identity until `fit`; the buffers travel in the checkpoint, so the policy a checkpoint loads normalises
+    raw observations itself. `fit(x)` with fewer features than the module's input fits the leading ones only
+    (a critic's input is [state, action]: its actions stay as they are).
+    """
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("std", torch.ones(dim))
+
+    @torch.no_grad()
+    def fit(self, x: torch.Tensor, eps: float = 1e-3) -> None:
+        """mean and population std + `eps` of `x` [N, D] (CORL `compute_mean_std(states, eps=1e-3)`)."""
+        x = x.reshape(-1, x.shape[-1]).to(self.mean.device, torch.float64)
+        d = x.shape[1]
+        if d > self.mean.shape[0]:
+            raise ValueError(f"cannot fit a {self.mean.shape[0]}-feature normaliser on {d} features")
+        self.mean[:d] = x.mean(0).to(self.mean.dtype)
+        self.std[:d] = (x.std(0, unbiased=False) + eps).to(self.std.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / self.std

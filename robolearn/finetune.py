@@ -31,7 +31,7 @@ from robolearn.errors import CheckpointError, ConfigError
 
 #: The network settings a warm start takes from the checkpoint (the learner's must match to load its weights).
 ARCHITECTURE = ("actor_hidden", "critic_hidden", "num_critics", "activation", "actor_layer_norm", "critic_layer_norm",
-                "hl_gauss", "hl_bins")
+                "normalize_states", "hl_gauss", "hl_bins")
 
 #: The share of the online steps in which the initial dip is measured.
 DIP_WINDOW = 0.1

@@ -102,7 +102,7 @@ def _actor(kind: str, cfg: Mapping[str, Any]) -> torch.nn.Module:
         c = cfg if "actor" in cfg else cfg[kind]  # an offline algorithm keeps its actor fields at the top level
         actor_class = TanhGaussianActor if kind == "sac" else DeterministicActor
         return actor_class(cfg["obs_dim"], cfg["num_actions"], tuple(c["actor_hidden"]), c["activation"],
-                           c["actor_layer_norm"])
+                           c["actor_layer_norm"], bool(c.get("normalize_states", False)))
     except (TypeError, KeyError) as e:
         raise CheckpointError(f"checkpoint policy config does not fit the policy: {e}") from e
 

@@ -272,6 +272,7 @@ def offline_runner(env: Any, cfg: dict[str, Any], algo_cfg: Any, run_cfg: Offlin
     if hasattr(algo, "dataset_next_actions"):  # ReBRAC's critic penalty: the dataset's next action
         extras["next_actions"] = torch.as_tensor(algo.dataset_next_actions(data.actions, data.step_starts))
     buffer = dataset_buffer(data, env, str(path), device, algo_cfg.gamma, extras)
+    algo.fit_state_normalizer(buffer.obs["policy"][:buffer.filled])  # normalize_states (a resume restores the same)
     print(f"dataset: {len(buffer)} transitions from {data.num_episodes} episodes in {path}")
     return OfflineRunner(env, algo, buffer, run_dir, cfg, run_cfg, reference_returns(data, env.task.name), seed=seed,
                          progress=cfg["progress"])

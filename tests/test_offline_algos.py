@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from policies.ensemble import EnsembleLinear, EnsembleMLP, MemberLayerNorm
+from policies.normalizer import FixedNorm
 from robolearn import checkpoint
 from robolearn.algos.bc import BC, BCConfig
 from robolearn.algos.calql import CalQL, CalQLConfig, return_to_go
@@ -474,6 +475,45 @@ def test_bad_configs_are_config_errors(cfg, match):
         cfg.validate()
 
 
+def test_fixed_norm_is_corls_state_normalisation():
+    """mean and population std + 1e-3 of the states (CORL `compute_mean_std`); a critic's [obs, action] input keeps
+    its actions as they are."""
+    x = torch.randn(1000, 3, dtype=torch.float64) * torch.tensor([1.0, 10.0, 0.01]) + torch.tensor([5.0, -2.0, 0.0])
+    norm = FixedNorm(5)
+    norm.fit(x)
+    ref = x.numpy()
+    assert np.allclose(norm.mean[:3].numpy(), ref.mean(0), atol=1e-5)
+    assert np.allclose(norm.std[:3].numpy(), ref.std(0) + 1e-3, rtol=1e-5)
+    assert norm.mean[3:].tolist() == [0.0, 0.0] and norm.std[3:].tolist() == [1.0, 1.0]
+    with pytest.raises(ValueError, match="6 features"):
+        norm.fit(torch.zeros(2, 6))
+
+
+@pytest.mark.parametrize("name", ["td3_bc", "iql", "cql"])
+def test_normalising_inside_the_networks_equals_normalising_the_dataset(name, mixed_data):
+    """`normalize_states` fits a normaliser in every network on the dataset; training on raw states with it is
+    CORL's recipe (normalise the dataset's states once, and the evaluation env's by the same statistics): the same
+    updates from the same draws, the same actions on raw states."""
+    scale, shift = torch.tensor([30.0, 0.5]), torch.tensor([100.0, -3.0])
+    raw = {k: ({"policy": v["policy"] * scale + shift} if isinstance(v, dict) else v) for k, v in mixed_data.items()}
+    make, _, batch_size, _ = LEARNERS[name]
+    torch.manual_seed(0)
+    ours = make()
+    assert ours.cfg.normalize_states  # CORL's default for TD3+BC, IQL and CQL
+    ours.fit_state_normalizer(raw["obs"]["policy"])
+    mean, std = raw["obs"]["policy"].mean(0), raw["obs"]["policy"].std(0, unbiased=False) + 1e-3
+    corl_data = {k: ({"policy": (v["policy"] - mean) / std} if isinstance(v, dict) else v) for k, v in raw.items()}
+    torch.manual_seed(0)
+    corl = make()  # the same initial weights; its normalisers stay the identity (CORL's nets see normalised states)
+    train(ours, raw, 30, batch_size)
+    train(corl, corl_data, 30, batch_size)
+    states = raw["obs"]["policy"][:64]
+    assert torch.allclose(ours.act({"policy": states}), corl.act({"policy": (states - mean) / std}), atol=1e-4)
+    with torch.no_grad():
+        assert torch.allclose(ours.critic(states, raw["actions"][:64]),
+                              corl.critic((states - mean) / std, raw["actions"][:64]), atol=1e-3)
+
+
 @pytest.mark.parametrize("cls, cfg", [(IQL, IQLConfig(actor_hidden=(16,), critic_hidden=(16,), value_hidden=(16,))),
                                       (TD3BC, TD3BCConfig(actor_hidden=(16, 16), critic_hidden=(16,),
                                                           actor_layer_norm=True)),
@@ -482,6 +522,7 @@ def test_bad_configs_are_config_errors(cfg, match):
 def test_checkpoints_load_as_policies(tmp_path, cls, cfg):
     torch.manual_seed(0)
     algo = cls(D, A, cfg)
+    algo.fit_state_normalizer(torch.randn(100, D) * 5.0 + 2.0)  # the loaded policy normalises raw states itself
     algo.update(tiny_batch())
     algo.update(tiny_batch(1))
     checkpoint.save(tmp_path / "ckpt", {"policy": algo.config, "run": {}}, algo.model_state())
@@ -489,6 +530,7 @@ def test_checkpoints_load_as_policies(tmp_path, cls, cfg):
     assert policy.kind == ("sac" if algo.config["actor"] == "tanh_gaussian" else "td3")
     obs = {"policy": torch.randn(5, D)}
     assert torch.allclose(policy(obs), algo.act(obs, deterministic=True))
+    assert "actor.net.obs_norm.std" in algo.model_state()  # BC, TD3+BC, IQL, CQL normalise by default (CORL)
     # and the whole learner restores: same actions, same next update
     clone = cls(D, A, cfg)
     config, state = checkpoint.load(tmp_path / "ckpt")

@@ -43,6 +43,10 @@ def test_bc_learns_and_writes_the_online_outputs(dataset, tmp_path):
     assert (run / "learning_curve.png").is_file() and any((run / "tensorboard").iterdir())
     policy = load_policy(run / "checkpoints" / "final")
     assert policy.run["env"]["name"] == "point-mass" and policy({"policy": torch.zeros(2, 4)}).shape == (2, 2)
+    # BC normalises states (CORL normalize: true): the runner fitted the actor's normaliser on the dataset
+    _, state = checkpoint.load(run / "checkpoints" / "final")
+    assert not torch.equal(state["actor.net.obs_norm.std"], torch.ones(4))
+    assert not torch.equal(state["actor.net.obs_norm.mean"], torch.zeros(4))
 
 
 @pytest.mark.parametrize("algo", ["iql"])  # the runner's resume is the same for every algorithm (TD3+BC: same code)

@@ -22,6 +22,7 @@ class BCConfig:
     actor_hidden: tuple[int, ...] = (256, 256)  # CORL Actor: Linear(256) ReLU Linear(256) ReLU Linear Tanh
     activation: str = "relu"
     actor_layer_norm: bool = False
+    normalize_states: bool = True  # CORL any_percent_bc normalize: true (dataset mean/std, in the actor)
     actor: str = "deterministic"   # "deterministic": MSE to the data (CORL); "tanh_gaussian": max likelihood
     actor_lr: float = 3e-4         # CORL: torch.optim.Adam(actor.parameters(), lr=3e-4)
     batch_size: int = 256          # CORL batch_size: 256

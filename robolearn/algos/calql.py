@@ -30,6 +30,7 @@ from robolearn.errors import ConfigError
 @dataclasses.dataclass
 class CalQLConfig(CQLConfig):
     critic_hidden: tuple[int, ...] = (256, 256)  # CORL cal_ql.py q_n_hidden_layers: 2 (antmaze configs: 5)
+    normalize_states: bool = False     # CORL cal_ql configs: normalize: false
     calibrate: bool = True             # bound pi's Q-values by the MC returns (CORL: on offline, off online)
     sparse_failure_reward: float | None = None  # CORL is_sparse_reward (antmaze: 0.0): see `return_to_go`
 

@@ -45,6 +45,7 @@ class CQLConfig:
     activation: str = "relu"
     actor_layer_norm: bool = False
     critic_layer_norm: bool = False
+    normalize_states: bool = True      # CORL cql normalize: true (dataset mean/std, inside every network)
     num_critics: int = 2               # CORL critic_1, critic_2
     num_min_critics: int = 0           # the TD target's min runs over this many target critics drawn at random each
     #                                    step (0: all, as CORL); WSRL pre-trains Cal-QL with 10 critics, min of 2

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from policies.ensemble import EnsembleMLP
+from robolearn.algos import offline
 from robolearn.algos.offline import ACTORS, OfflineAlgo, adam, check, check_common, make_actor, make_critics
 from robolearn.algos.sac import polyak_update
 from robolearn.losses import expectile_loss
@@ -40,6 +41,7 @@ class IQLConfig:
     activation: str = "relu"
     actor_layer_norm: bool = False
     critic_layer_norm: bool = False
+    normalize_states: bool = True      # CORL normalize: true (dataset mean/std, inside every network)
     actor: str = "tanh_gaussian"       # or "deterministic" (CORL iql_deterministic: true on hopper-medium(-replay))
     squashed_likelihood: bool = False  # AWR under the tanh-Gaussian itself rather than N(tanh(mu), sigma)
     num_critics: int = 2               # CORL TwinQ
@@ -76,7 +78,8 @@ class IQL(OfflineAlgo):
         super().__init__(obs_dim, num_actions, cfg, device)
         self.actor = make_actor(cfg.actor, obs_dim, num_actions, cfg).to(self.device)
         self.critic, self.critic_target = make_critics(obs_dim, num_actions, cfg, self.device)
-        self.value = EnsembleMLP(1, obs_dim, cfg.value_hidden, 1, cfg.activation).to(self.device)  # V(s)
+        self.value = EnsembleMLP(1, obs_dim, cfg.value_hidden, 1, cfg.activation,  # V(s)
+                                 obs_norm=offline.normalizes_states(cfg)).to(self.device)
         self._optimizers = {"actor": adam(self.actor.parameters(), cfg.actor_lr),
                             "critic": adam(self.critic.parameters(), cfg.critic_lr),
                             "value": adam(self.value.parameters(), cfg.value_lr)}

@@ -29,6 +29,7 @@ from torch import nn
 
 from policies.actor_critic import ACTIVATIONS
 from policies.ensemble import DeterministicActor, QEnsemble, TanhGaussianActor
+from policies.normalizer import FixedNorm
 from robolearn.algos.sac import shaped_rewards
 from robolearn.errors import CheckpointError, ConfigError
 
@@ -47,9 +48,16 @@ def adam(params: Any, lr: float) -> torch.optim.Adam:
 
 
 def make_actor(kind: str, obs_dim: int, num_actions: int, cfg: Any) -> nn.Module:
-    """The `kind` actor of `policies.ensemble` with the config's `actor_hidden`, `activation`, `actor_layer_norm`."""
+    """The `kind` actor of `policies.ensemble` with the config's `actor_hidden`, `activation`, `actor_layer_norm`
+    and `normalize_states`."""
     actor_class = TanhGaussianActor if kind == "tanh_gaussian" else DeterministicActor
-    return actor_class(obs_dim, num_actions, tuple(cfg.actor_hidden), cfg.activation, cfg.actor_layer_norm)
+    return actor_class(obs_dim, num_actions, tuple(cfg.actor_hidden), cfg.activation, cfg.actor_layer_norm,
+                       normalizes_states(cfg))
+
+
+def normalizes_states(cfg: Any) -> bool:
+    """Whether the config's networks carry a state normaliser (`normalize_states`, CORL's `normalize`)."""
+    return bool(getattr(cfg, "normalize_states", False))
 
 
 def frozen_copy(source: nn.Module, target: nn.Module) -> nn.Module:
@@ -64,7 +72,7 @@ def make_critics(obs_dim: int, num_actions: int, cfg: Any, device: torch.device)
     """The config's critic ensemble (`num_critics`, `critic_hidden`, `activation`, `critic_layer_norm`), its target."""
     def build() -> QEnsemble:
         return QEnsemble(obs_dim, num_actions, cfg.num_critics, cfg.critic_hidden, cfg.activation,
-                         cfg.critic_layer_norm).to(device)
+                         cfg.critic_layer_norm, obs_norm=normalizes_states(cfg)).to(device)
 
     critic = build()
     return critic, frozen_copy(critic, build())
@@ -123,7 +131,19 @@ class OfflineAlgo:
         cfg = self.cfg
         self.config = {"obs_dim": self.obs_dim, "num_actions": self.num_actions, "actor": actor_kind,
                        "actor_hidden": list(cfg.actor_hidden), "activation": cfg.activation,
-                       "actor_layer_norm": cfg.actor_layer_norm, "algo": self.name, self.name: jsonable(cfg)}
+                       "actor_layer_norm": cfg.actor_layer_norm, "normalize_states": normalizes_states(cfg),
+                       "algo": self.name, self.name: jsonable(cfg)}
+
+    @torch.no_grad()
+    def fit_state_normalizer(self, obs: torch.Tensor) -> None:
+        """Fit every network's state normaliser (`policies.normalizer.FixedNorm`, targets' too) on the dataset's
+        observations [N, D]: CORL normalises the dataset's states by their mean and std (+ 1e-3) and the
+        evaluation env's by the same, ours live in the networks so a checkpoint's policy normalises itself.
+        Nothing to do without `normalize_states`."""
+        for net in self._networks().values():
+            for module in net.modules():
+                if isinstance(module, FixedNorm):
+                    module.fit(obs)
 
     # --- acting ---------------------------------------------------------------------------------
     @torch.no_grad()

@@ -37,6 +37,7 @@ class ReBRACConfig:
     activation: str = "relu"
     actor_layer_norm: bool = False     # CORL actor_ln: false
     critic_layer_norm: bool = True     # CORL critic_ln: true
+    normalize_states: bool = False     # CORL normalize_states: false
     num_critics: int = 2               # CORL EnsembleCritic(num_critics=2)
     actor_lr: float = 1e-3             # CORL actor_learning_rate: 0.001 (locomotion)
     critic_lr: float = 1e-3            # CORL critic_learning_rate: 0.001 (locomotion)

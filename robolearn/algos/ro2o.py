@@ -43,6 +43,7 @@ class RO2OConfig:
     activation: str = "relu"
     actor_layer_norm: bool = False      # no LayerNorm in RO2O's networks
     critic_layer_norm: bool = False
+    normalize_states: bool = True       # RO2O's scripts always normalise states (dataset mean/std)
     num_critics: int = 10               # num_critics: 10
     actor_lr: float = 3e-4              # actor_learning_rate
     critic_lr: float = 3e-4             # critic_learning_rate

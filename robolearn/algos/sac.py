@@ -74,6 +74,8 @@ class SACConfig(ReplayConfig):
     activation: str = "relu"
     actor_layer_norm: bool = False
     critic_layer_norm: bool = False
+    normalize_states: bool = False  # fixed state normalisers in the networks: a warm start from an offline run
+    #                                 that normalised (CORL `normalize`) loads its dataset statistics; else identity
     # critic ensemble
     num_critics: int = 2          # N
     num_min_critics: int = 2      # M: the TD target is the min over M of the N target critics
@@ -194,10 +196,11 @@ class SAC:
         self.num_actions = num_actions
         self.actor = self._make_actor(obs_dim, num_actions).to(self.device)
         bins = cfg.hl_bins if cfg.hl_gauss else 1
-        self.critic = QEnsemble(critic_obs_dim, num_actions, cfg.num_critics, cfg.critic_hidden, cfg.activation,
-                                cfg.critic_layer_norm, bins).to(self.device)
-        self.critic_target = QEnsemble(critic_obs_dim, num_actions, cfg.num_critics, cfg.critic_hidden,
-                                       cfg.activation, cfg.critic_layer_norm, bins).to(self.device)
+        def critic() -> QEnsemble:
+            return QEnsemble(critic_obs_dim, num_actions, cfg.num_critics, cfg.critic_hidden, cfg.activation,
+                             cfg.critic_layer_norm, bins, cfg.normalize_states).to(self.device)
+
+        self.critic, self.critic_target = critic(), critic()
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.critic_target.requires_grad_(False)
         self.hl = HLGauss(cfg.v_min, cfg.v_max, cfg.hl_bins).to(self.device) if cfg.hl_gauss else None
@@ -216,7 +219,8 @@ class SAC:
 
     def _make_actor(self, obs_dim: int, num_actions: int) -> torch.nn.Module:
         cfg = self.cfg
-        return TanhGaussianActor(obs_dim, num_actions, cfg.actor_hidden, cfg.activation, cfg.actor_layer_norm)
+        return TanhGaussianActor(obs_dim, num_actions, cfg.actor_hidden, cfg.activation, cfg.actor_layer_norm,
+                                 cfg.normalize_states)
 
     @classmethod
     def for_env(cls, env: Any, cfg: SACConfig | None = None, device: str | torch.device = "cpu") -> SAC:

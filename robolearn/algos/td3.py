@@ -37,7 +37,8 @@ class TD3(SAC):
 
     def _make_actor(self, obs_dim: int, num_actions: int) -> torch.nn.Module:
         cfg = self.cfg
-        return DeterministicActor(obs_dim, num_actions, cfg.actor_hidden, cfg.activation, cfg.actor_layer_norm)
+        return DeterministicActor(obs_dim, num_actions, cfg.actor_hidden, cfg.activation, cfg.actor_layer_norm,
+                                  cfg.normalize_states)
 
     @torch.no_grad()
     def act(self, obs: Any, deterministic: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -8,7 +8,8 @@ every second step, minimises
 so the Q term is scale-free and `alpha` alone trades RL against BC. Defaults are CORL's
 `algorithms/offline/td3_bc.py` with `configs/offline/td3_bc/*` (every D4RL locomotion config: alpha 2.5,
 policy_noise 0.2, noise_clip 0.5, policy_freq 2, tau 0.005, batch 256, lr 3e-4, 2x256 networks). CORL also
-normalises the states with the dataset's mean and std (`normalize: true`): the runner's job, not the learner's.
+normalises the states with the dataset's mean and std (`normalize: true`): `normalize_states`, a normaliser inside
+every network that the offline runner fits on the dataset (`OfflineAlgo.fit_state_normalizer`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class TD3BCConfig:
     activation: str = "relu"
     actor_layer_norm: bool = False
     critic_layer_norm: bool = False
+    normalize_states: bool = True  # CORL normalize: true (dataset mean/std, inside actor and critics)
     num_critics: int = 2           # the clipped double-Q pair
     actor_lr: float = 3e-4         # CORL: Adam lr 3e-4 for actor and critics
     critic_lr: float = 3e-4

@@ -51,7 +51,9 @@ class MujocoBackend:
 
     def __init__(self, model: mujoco.MjModel, nthread: int | None = None):
         self.model = model
-        self.nthread = nthread or max(1, min(os.cpu_count() or 1, 16))
+        # Default: every core (at most 16), or ROBOLEARN_SIM_THREADS where several processes share the cores.
+        default = int(os.environ.get("ROBOLEARN_SIM_THREADS", 0)) or max(1, min(os.cpu_count() or 1, 16))
+        self.nthread = nthread or default
         self._pool = rollout.Rollout(nthread=self.nthread)
         self._datas = [mujoco.MjData(model) for _ in range(self.nthread)]
         self._scratch = mujoco.MjData(model)
