@@ -41,6 +41,9 @@ class DiffusionPolicy(nn.Module):
         if not 1 <= inference_steps <= train_steps:
             raise ValueError(f"need 1 <= inference_steps <= train_steps, got {inference_steps} and {train_steps}")
         self.obs_dim, self.action_dim, self.chunk = obs_dim, action_dim, chunk
+        # the constructor's arguments, JSON-able: what a checkpoint stores to rebuild the policy
+        self.config = {"obs_dim": obs_dim, "action_dim": action_dim, "chunk": chunk, "hidden": list(hidden),
+                       "train_steps": train_steps, "inference_steps": inference_steps, "clip_sample": clip_sample}
         self.train_steps, self.inference_steps, self.clip_sample = train_steps, inference_steps, clip_sample
         self.eps_net = mlp(obs_dim + chunk * action_dim + 1, hidden, chunk * action_dim)
         self.obs_norm = RunningNorm(obs_dim)  # identity until fitted (`obs_norm.update` on the BC data)

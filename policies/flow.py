@@ -59,6 +59,10 @@ class FlowPolicy(nn.Module):
         if not 0 < noise_std[0] <= noise_std[1]:
             raise ValueError(f"noise_std must be (min, max) with 0 < min <= max, got {noise_std}")
         self.obs_dim, self.action_dim, self.chunk, self.num_steps = obs_dim, action_dim, chunk, num_steps
+        # the constructor's arguments, JSON-able: what a checkpoint stores to rebuild the policy
+        self.config = {"obs_dim": obs_dim, "action_dim": action_dim, "chunk": chunk, "hidden": list(hidden),
+                       "num_steps": num_steps, "noise_level": noise_level, "noise_std": list(noise_std),
+                       "noise_head": noise_head}
         self.noise_level = noise_level
         self.log_var_range = (2 * math.log(noise_std[0]), 2 * math.log(noise_std[1]))
         size = chunk * action_dim

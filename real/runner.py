@@ -249,6 +249,9 @@ class PolicyRunner:
         except RuntimeError as e:
             raise ConfigError(f"the policy does not take the deploy config's {len(self.builder)}-entry "
                               f"observation ({', '.join(self.builder.names)}): {e}") from e
+        reset = getattr(self.policy if policy is None else policy, "reset", None)
+        if callable(reset):  # an action-chunk policy queued the dry run's chunk: the robot must not run it
+            reset()
         if out.shape != (self.num_actions,):
             raise ConfigError(f"the policy gives {out.size} actions; the {self.config.robot} adapter needs "
                               f"{self.num_actions}")

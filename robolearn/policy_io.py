@@ -8,7 +8,11 @@ Every checkpoint kind loads here: PPO (`ActorCritic`: the mean, or a Gaussian sa
 actor: tanh(mu), or a reparameterised sample), TD3 (tanh(mu), or with its exploration noise). The offline
 algorithms (`robolearn.algos.offline`: BC, TD3+BC, IQL, CQL, Cal-QL, ReBRAC) name their actor in the config,
 `"actor": "tanh_gaussian"` (loaded as the SAC kind) or `"deterministic"` (the TD3 kind), with `actor_hidden`,
-`activation` and `actor_layer_norm` beside it at the top level. Deployment,
+`activation` and `actor_layer_norm` beside it at the top level. Action-chunk policies (`policies.flow.FlowPolicy`,
+`policies.diffusion.DiffusionPolicy`; `"kind": "flow"` or `"diffusion"` with the network's constructor arguments,
+written by `save_chunk_policy`) return one action per call from a queue of H: a chunk is sampled when the queue is
+empty (deterministic: denoised from zero noise; sample: from the policy's generator) and executed open-loop, every
+env re-planning in lockstep (LeRobot's action queue); `reset()` empties it, as at an episode's start. Deployment,
 the real-world actor, evaluation and rendering use it; none needs critics or target networks, so only the
 actor's weights are read. This module imports neither the simulator nor JAX.
 """
@@ -32,7 +36,8 @@ MODES = ("deterministic", "sample")
 class Policy(torch.nn.Module):
     """`{"policy": obs[N, D]} -> actions[N, A]`, deterministic or sampled.
 
-    Attributes: `actor` (the actor network), `kind` ("ppo", "sac", "td3" or "scripted"), `mode`, `run` (the run
+    Attributes: `actor` (the actor network), `kind` ("ppo", "sac", "td3", "flow", "diffusion" or "scripted"), `mode`,
+    `run` (the run
     config stored with the checkpoint, `{}` for a scripted controller), `policy_config` (the network's config,
     which the real-world learner publishes parameters for), `generator` (the draws of `mode="sample"`).
     """
@@ -51,6 +56,12 @@ class Policy(torch.nn.Module):
         self.run, self.policy_config = dict(run or {}), dict(policy_config or {})
         self.exploration_noise = exploration_noise
         self.generator = torch.Generator().manual_seed(seed)
+        self._queue: torch.Tensor | None = None  # a chunk policy's actions still to run [N, H, A]
+        self._next = 0                           # the queue's next step
+
+    def reset(self) -> None:
+        """Forget the queued actions of a chunk policy (call it when the episodes start again); others keep none."""
+        self._queue = None
 
     @property
     def name(self) -> str:
@@ -65,6 +76,8 @@ class Policy(torch.nn.Module):
             dist = self.actor.distribution(obs)
             return dist.mean + dist.stddev * self._noise(dist.mean)
         x = obs["policy"]
+        if self.kind in CHUNK_KINDS:
+            return self._chunk_action(x)
         if self.kind == "sac":
             if self.mode == "deterministic":
                 return self.actor.mode(x)
@@ -86,6 +99,20 @@ class Policy(torch.nn.Module):
         except RuntimeError as e:
             raise CheckpointError(f"the parameters do not fit this {self.kind} policy: {e}") from e
 
+    def _chunk_action(self, x: torch.Tensor) -> torch.Tensor:
+        """The next action of the queued chunk, planning a new chunk [N, H, A] for every env when it has run out
+        (or the batch size changed)."""
+        if self._queue is None or self._next >= self._queue.shape[1] or self._queue.shape[0] != x.shape[0]:
+            if self.mode == "deterministic":
+                chunk = self.actor(x)
+            else:
+                noise = self._noise(x.new_empty(x.shape[0], self.actor.chunk, self.actor.action_dim))
+                chunk = self.actor.sample(x, noise=noise, generator=self.generator)
+                chunk = chunk[0] if isinstance(chunk, tuple) else chunk  # a flow's sample also returns its chain
+            self._queue, self._next = chunk.clamp(-1.0, 1.0), 0
+        self._next += 1
+        return self._queue[:, self._next - 1]
+
     def _noise(self, like: torch.Tensor) -> torch.Tensor:
         """Standard normal draws from this policy's own generator (on the CPU, moved to the policy's device)."""
         return torch.randn(like.shape, generator=self.generator).to(like.device, like.dtype)
@@ -94,11 +121,15 @@ class Policy(torch.nn.Module):
 def _actor(kind: str, cfg: Mapping[str, Any]) -> torch.nn.Module:
     """The actor network of a checkpoint's policy config."""
     from policies.actor_critic import ActorCritic
+    from policies.diffusion import DiffusionPolicy
     from policies.ensemble import DeterministicActor, TanhGaussianActor
+    from policies.flow import FlowPolicy
 
     try:
         if kind == "ppo":
             return ActorCritic(**cfg)
+        if kind in CHUNK_KINDS:
+            return (FlowPolicy if kind == "flow" else DiffusionPolicy)(**{k: v for k, v in cfg.items() if k != "kind"})
         c = cfg if "actor" in cfg else cfg[kind]  # an offline algorithm keeps its actor fields at the top level
         actor_class = TanhGaussianActor if kind == "sac" else DeterministicActor
         return actor_class(cfg["obs_dim"], cfg["num_actions"], tuple(c["actor_hidden"]), c["activation"],
@@ -107,12 +138,17 @@ def _actor(kind: str, cfg: Mapping[str, Any]) -> torch.nn.Module:
         raise CheckpointError(f"checkpoint policy config does not fit the policy: {e}") from e
 
 
+#: Action-chunk policies: `"kind"` in a checkpoint's policy config.
+CHUNK_KINDS = ("flow", "diffusion")
+
 #: An offline algorithm's `"actor"` -> the policy kind whose network it is.
 ACTOR_KINDS = {"tanh_gaussian": "sac", "deterministic": "td3"}
 
 
 def policy_kind(policy_config: Mapping[str, Any]) -> str:
-    """"sac", "td3" or "ppo": which network a checkpoint's policy config describes."""
+    """"sac", "td3", "ppo", "flow" or "diffusion": which network a checkpoint's policy config describes."""
+    if policy_config.get("kind") in CHUNK_KINDS:
+        return policy_config["kind"]
     if "actor" in policy_config:  # an offline algorithm's checkpoint names its actor
         actor = policy_config["actor"]
         if actor not in ACTOR_KINDS:
@@ -146,6 +182,21 @@ def load_policy(path: str | Path, mode: Mode = "deterministic", device: str | to
     except CheckpointError as e:
         raise CheckpointError(f"model.safetensors in {path} does not match its config.json: {e}") from e
     return policy.to(device).eval()
+
+
+def chunk_policy_checkpoint(net: torch.nn.Module) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """(policy config, `actor.*` tensors) of a `FlowPolicy` or `DiffusionPolicy`: what `load_policy` rebuilds."""
+    from policies.flow import FlowPolicy
+
+    kind = "flow" if isinstance(net, FlowPolicy) else "diffusion"
+    return {"kind": kind, **net.config}, {f"actor.{k}": v.detach() for k, v in net.state_dict().items()}
+
+
+def save_chunk_policy(path: str | Path, net: torch.nn.Module, run: Mapping[str, Any] | None = None) -> Path:
+    """Write a `FlowPolicy` or `DiffusionPolicy` as a checkpoint folder (config.json + model.safetensors) that
+    `load_policy` loads; `run` is the run config stored beside it (what it was trained on)."""
+    config, state = chunk_policy_checkpoint(net)
+    return checkpoint.save(path, {"policy": config, "run": dict(run or {})}, state)
 
 
 def scripted_policy(spec: str) -> Policy:

@@ -118,3 +118,36 @@ def test_dsrl_steers_a_frozen_policy_and_resumes(tmp_path, variant):
     assert resumed.updates == runner.updates and resumed.env_steps == runner.env_steps
     for name, tensor in runner.algo.model_state().items():  # DSRL-NA's noise critic and base policy included
         torch.testing.assert_close(resumed.algo.model_state()[name], tensor, msg=name)
+
+
+@pytest.mark.parametrize("kind", ["flow", "diffusion"])
+def test_chunk_checkpoints_load_as_policies_that_run_their_chunks(tmp_path, kind):
+    """`save_chunk_policy` -> `load_policy`: the same network (normaliser included); one action per call from a
+    queue of H, re-planned from the observation of the call that finds it empty; `reset` empties it; sampling is
+    seeded by the policy's own generator."""
+    from robolearn.policy_io import load_policy, save_chunk_policy
+
+    torch.manual_seed(0)
+    net = (FlowPolicy(3, 2, chunk=3, hidden=(16,), num_steps=4) if kind == "flow"
+           else DiffusionPolicy(3, 2, chunk=3, hidden=(16,), train_steps=20, inference_steps=4))
+    net.obs_norm.update(torch.randn(50, 3) * 4.0 + 1.0)
+    save_chunk_policy(tmp_path / "ckpt", net, {"env": {"name": "point-mass"}})
+    policy = load_policy(tmp_path / "ckpt")
+    assert policy.kind == kind and policy.run["env"]["name"] == "point-mass"
+    obs = [{"policy": torch.randn(5, 3)} for _ in range(5)]
+    with torch.no_grad():
+        first, second = net(obs[0]["policy"]).clamp(-1, 1), net(obs[3]["policy"]).clamp(-1, 1)
+        acts = [policy(o) for o in obs]
+    for k in range(3):
+        torch.testing.assert_close(acts[k], first[:, k])  # obs[1], obs[2] are not looked at: open loop
+    torch.testing.assert_close(acts[3], second[:, 0])
+    torch.testing.assert_close(acts[4], second[:, 1])
+    policy.reset()
+    with torch.no_grad():
+        torch.testing.assert_close(policy(obs[4]), net(obs[4]["policy"]).clamp(-1, 1)[:, 0])
+    a = load_policy(tmp_path / "ckpt", mode="sample", seed=7)
+    b = load_policy(tmp_path / "ckpt", mode="sample", seed=7)
+    with torch.no_grad():
+        draws = [a(obs[0]), b(obs[0])]
+    torch.testing.assert_close(draws[0], draws[1])
+    assert not torch.allclose(draws[0], acts[0]) and float(draws[0].abs().max()) <= 1.0

@@ -4,6 +4,8 @@ within seconds; Flow-Noise trains its noise head."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -108,3 +110,32 @@ def test_flow_noise_trains_its_noise_head_and_errors():
         finetune_flow(FlowPolicy(2, 2), TargetEnv(6), FlowRLConfig(algo="grpo", group_size=4))
     with pytest.raises(ConfigError, match="algo"):
         FlowRLConfig(algo="dpo")
+
+
+def test_fine_tuning_checkpoints_resume_and_load_as_a_policy(tmp_path):
+    """`run_dir`: `latest` at each evaluation and `final` at the end, a policy `load_policy` runs; `resume` goes on
+    from `latest` with the policy, critic, optimizers, generator and counters it holds."""
+    from robolearn import checkpoint
+    from robolearn.policy_io import load_policy
+
+    def fresh() -> FlowPolicy:
+        torch.manual_seed(0)
+        return FlowPolicy(2, 2, chunk=2, hidden=(16,), num_steps=2)
+
+    cfg = FlowRLConfig(iterations=2, eval_every=1, critic_warmup=0, critic_hidden=(16,))
+    first, rows = finetune_flow(fresh(), TargetEnv(8), cfg, run_dir=tmp_path, run={"env": {"name": "target"}})
+    saved = {k: v.clone() for k, v in first.state_dict().items()}
+    _, state = checkpoint.load(tmp_path / "checkpoints" / "latest")
+    assert any(k.startswith("critic.") for k in state)
+    resumed, more = finetune_flow(fresh(), TargetEnv(8), dataclasses.replace(cfg, iterations=4), run_dir=tmp_path,
+                                  resume=True)
+    assert [r["iteration"] for r in more] == [3, 4] and more[0]["env_steps"] == rows[-1]["env_steps"] + 8 * 8
+    assert any(not torch.equal(saved[k], v) for k, v in resumed.state_dict().items())  # it trained on from there
+    meta, _ = checkpoint.load_trainer(tmp_path / "checkpoints" / "final")
+    assert meta["iteration"] == 4
+    policy = load_policy(tmp_path / "checkpoints" / "final")
+    obs = {"policy": torch.rand(3, 2)}
+    with torch.no_grad():
+        torch.testing.assert_close(policy(obs), resumed(obs["policy"]).clamp(-1, 1)[:, 0])
+    with pytest.raises(ConfigError, match="run_dir"):
+        finetune_flow(fresh(), TargetEnv(8), cfg, resume=True)

@@ -21,12 +21,17 @@ The estimators and the clipped loss are `robolearn.advantages` and `robolearn.lo
 the language-model trainer use. Every random number comes from one generator seeded by `seed`.
 
     policy, history = finetune_flow(policy, env, FlowRLConfig(algo="ppo", iterations=40), eval_env=eval_env)
+
+With `run_dir`, the run writes `checkpoints/latest` at every evaluation and `checkpoints/final` at the end: the
+policy (`robolearn.policy_io.load_policy` loads it, e.g. to deploy), the critic, both optimizers, the generator and
+the counters; `resume=True` goes on from `latest` (with fresh episodes: the sim's state is not saved).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -35,10 +40,12 @@ from torch import nn
 from policies.actor_critic import ActorCritic
 from policies.flow import FlowPolicy, mlp
 from policies.normalizer import RunningNorm
+from robolearn import checkpoint
 from robolearn.advantages import gae, grpo, masked_whiten
 from robolearn.chunks import run_chunk
 from robolearn.errors import ConfigError
 from robolearn.losses import ppo_clip_loss, value_loss
+from robolearn.policy_io import chunk_policy_checkpoint
 
 critic_obs = ActorCritic.critic_obs  # the privileged "critic" group when the task has one, else "policy"
 
@@ -244,10 +251,43 @@ class FlowRL:
         return {k: v / max(count, 1) for k, v in stats.items()}
 
 
+def save_flow_run(path: Any, learner: FlowRL, iteration: int, env_steps: int, generator: torch.Generator,
+                  run: dict[str, Any] | None = None) -> Any:
+    """A checkpoint of the fine-tuning at `iteration`: the policy as `load_policy` reads it, plus what resumes it."""
+    policy_config, state = chunk_policy_checkpoint(learner.policy)
+    optimizers = {"actor": learner.actor_opt}
+    if learner.critic is not None:
+        state.update({f"critic.{k}": v for k, v in learner.critic.state_dict().items()})
+        optimizers["critic"] = learner.critic_opt
+    tensors, meta = checkpoint.flatten_optimizers(optimizers)
+    tensors["generator"] = generator.get_state()
+    config = {"policy": policy_config, "run": dict(run or {}), "flow_rl": dataclasses.asdict(learner.cfg)}
+    return checkpoint.save(path, config, state, tensors, {"optimizers": meta, "iteration": iteration,
+                                                         "env_steps": env_steps})
+
+
+def restore_flow_run(path: Any, learner: FlowRL, generator: torch.Generator) -> tuple[int, int]:
+    """Load `save_flow_run`'s checkpoint into `learner` and `generator`; returns (iteration, env_steps)."""
+    _, state = checkpoint.load(path)
+    meta, tensors = checkpoint.load_trainer(path)
+    learner.policy.load_state_dict({k[len("actor."):]: v for k, v in state.items() if k.startswith("actor.")})
+    optimizers = {"actor": learner.actor_opt}
+    if learner.critic is not None:
+        learner.critic.load_state_dict({k[len("critic."):]: v for k, v in state.items() if k.startswith("critic.")})
+        optimizers["critic"] = learner.critic_opt
+    checkpoint.restore_optimizers(optimizers, tensors, meta["optimizers"])
+    generator.set_state(tensors["generator"])
+    return int(meta["iteration"]), int(meta["env_steps"])
+
+
 def finetune_flow(policy: FlowPolicy, env: Any, cfg: FlowRLConfig, eval_env: Any | None = None,
-                  log: Any = None) -> tuple[FlowPolicy, list[dict[str, float]]]:
+                  log: Any = None, run_dir: str | Path | None = None, run: dict[str, Any] | None = None,
+                  resume: bool = False) -> tuple[FlowPolicy, list[dict[str, float]]]:
     """Fine-tune `policy` in `env` for `cfg.iterations`; returns it and one row per iteration (env steps, wall
-    time, rollout return and success, losses, and every `eval_every` iterations the evaluation of `eval_env`)."""
+    time, rollout return and success, losses, and every `eval_every` iterations the evaluation of `eval_env`).
+
+    `run_dir`: checkpoints there (`checkpoints/latest` at each evaluation, `checkpoints/final`), with `run` (the run
+    config, e.g. the env's, stored for `load_policy`); `resume`: continue from `checkpoints/latest` of `run_dir`."""
     if str(getattr(env, "device", "cpu")) != "cpu":
         raise ConfigError("flow RL keeps its policy, critic and rollouts on the CPU: make the env with device='cpu'")
     torch.manual_seed(cfg.seed)
@@ -258,16 +298,21 @@ def finetune_flow(policy: FlowPolicy, env: Any, cfg: FlowRLConfig, eval_env: Any
     decisions = episode_chunks if cfg.algo == "grpo" or cfg.rollout_chunks is None else cfg.rollout_chunks
     obs = env.observation_shapes
     learner = FlowRL(policy, (obs.get("critic") or obs["policy"])[0], cfg)
+    checkpoints = Path(run_dir) / "checkpoints" if run_dir is not None else None
+    if resume and checkpoints is None:
+        raise ConfigError("resume=True needs the run_dir whose checkpoints/latest to continue from")
     history: list[dict[str, float]] = []
-    row: dict[str, float] = {"iteration": 0, "env_steps": 0, "wall_s": 0.0}
-    if eval_env is not None:
-        row.update({f"eval/{k}": v for k, v in evaluate_flow(eval_env, policy).items()})
-    history.append(row)
-    if log:
-        log(row)
-    began, env_steps = time.perf_counter(), 0
-    current = env.reset(seed=cfg.seed)
-    for it in range(1, cfg.iterations + 1):
+    start, env_steps = restore_flow_run(checkpoints / "latest", learner, generator) if resume else (0, 0)
+    if not resume:
+        row: dict[str, float] = {"iteration": 0, "env_steps": 0, "wall_s": 0.0}
+        if eval_env is not None:
+            row.update({f"eval/{k}": v for k, v in evaluate_flow(eval_env, policy).items()})
+        history.append(row)
+        if log:
+            log(row)
+    began = time.perf_counter()
+    current = env.reset(seed=cfg.seed + start)
+    for it in range(start + 1, cfg.iterations + 1):
         if cfg.algo == "grpo":  # each group of envs starts one episode from a shared state
             current = env.reset(seed=cfg.seed * 100_003 + it, group_size=cfg.group_size)
         ro, current = collect_chunks(env, policy, learner.critic, current, decisions, cfg.mode, generator)
@@ -277,9 +322,14 @@ def finetune_flow(policy: FlowPolicy, env: Any, cfg: FlowRLConfig, eval_env: Any
         row = {"iteration": it, "env_steps": env_steps, "wall_s": time.perf_counter() - began,
                "rollout/return": sum(r for r, _ in ro.episodes) / max(len(ro.episodes), 1),
                "rollout/success": _success_rate(ro.episodes), **stats}
-        if eval_env is not None and (it % cfg.eval_every == 0 or it == cfg.iterations):
-            row.update({f"eval/{k}": v for k, v in evaluate_flow(eval_env, policy).items()})
+        if it % cfg.eval_every == 0 or it == cfg.iterations:
+            if eval_env is not None:
+                row.update({f"eval/{k}": v for k, v in evaluate_flow(eval_env, policy).items()})
+            if checkpoints is not None:
+                save_flow_run(checkpoints / "latest", learner, it, env_steps, generator, run)
         history.append(row)
         if log:
             log(row)
+    if checkpoints is not None:
+        save_flow_run(checkpoints / "final", learner, cfg.iterations, env_steps, generator, run)
     return policy, history
