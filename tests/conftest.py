@@ -12,8 +12,6 @@ if "PYTEST_XDIST_WORKER" in os.environ:
     # `make test` runs two workers on two cores: one compute thread each, or OpenMP threads spin
     # against each other (an update ran 18x slower with two threads per process on busy cores).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ.setdefault("ROBOLEARN_SIM_THREADS", "1")  # the C engine's pool
-    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
     import torch
 
     torch.set_num_threads(1)
