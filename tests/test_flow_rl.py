@@ -5,6 +5,7 @@ within seconds; Flow-Noise trains its noise head."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -139,3 +140,17 @@ def test_fine_tuning_checkpoints_resume_and_load_as_a_policy(tmp_path):
         torch.testing.assert_close(policy(obs), resumed(obs["policy"]).clamp(-1, 1)[:, 0])
     with pytest.raises(ConfigError, match="run_dir"):
         finetune_flow(fresh(), TargetEnv(8), cfg, resume=True)
+
+
+def test_a_sim_run_checkpoint_evaluates_with_robolearn_eval(tmp_path):
+    """On a sim VecEnv the checkpoint records the task, so `robolearn eval`'s `evaluate` plays it as it is."""
+    import sim
+    from robolearn.evaluate import evaluate
+
+    env = sim.make("point-mass", num_envs=4, seed=0, episode_length=20)
+    torch.manual_seed(0)
+    policy = FlowPolicy(env.observation_shapes["policy"][0], env.num_actions, chunk=4, hidden=(16,), num_steps=2)
+    cfg = FlowRLConfig(iterations=1, critic_warmup=0, critic_hidden=(16,), rollout_chunks=5)
+    finetune_flow(policy, env, cfg, run_dir=tmp_path)
+    env.close()
+    assert math.isfinite(evaluate(tmp_path / "checkpoints" / "final", episodes=2, device="cpu"))

@@ -287,7 +287,8 @@ def finetune_flow(policy: FlowPolicy, env: Any, cfg: FlowRLConfig, eval_env: Any
     time, rollout return and success, losses, and every `eval_every` iterations the evaluation of `eval_env`).
 
     `run_dir`: checkpoints there (`checkpoints/latest` at each evaluation, `checkpoints/final`), with `run` (the run
-    config, e.g. the env's, stored for `load_policy`); `resume`: continue from `checkpoints/latest` of `run_dir`."""
+    config stored for `load_policy`; default: a sim env's task name, env count and control period, which `robolearn
+    eval` needs; pass it to record task overrides); `resume`: continue from `checkpoints/latest` of `run_dir`."""
     if str(getattr(env, "device", "cpu")) != "cpu":
         raise ConfigError("flow RL keeps its policy, critic and rollouts on the CPU: make the env with device='cpu'")
     torch.manual_seed(cfg.seed)
@@ -299,6 +300,10 @@ def finetune_flow(policy: FlowPolicy, env: Any, cfg: FlowRLConfig, eval_env: Any
     obs = env.observation_shapes
     learner = FlowRL(policy, (obs.get("critic") or obs["policy"])[0], cfg)
     checkpoints = Path(run_dir) / "checkpoints" if run_dir is not None else None
+    if run is None and hasattr(env, "task"):  # a sim VecEnv: enough for `robolearn eval` and deploy's control rate
+        task_cfg = env.task.cfg
+        run = {"env": {"name": env.task.name, "num_envs": env.num_envs,
+                       "policy_dt": float(task_cfg.ctrl_dt * task_cfg.action_repeat)}}
     if resume and checkpoints is None:
         raise ConfigError("resume=True needs the run_dir whose checkpoints/latest to continue from")
     history: list[dict[str, float]] = []
