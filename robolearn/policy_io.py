@@ -36,10 +36,10 @@ MODES = ("deterministic", "sample")
 class Policy(torch.nn.Module):
     """`{"policy": obs[N, D]} -> actions[N, A]`, deterministic or sampled.
 
-    Attributes: `actor` (the actor network), `kind` ("ppo", "sac", "td3", "flow", "diffusion" or "scripted"), `mode`,
-    `run` (the run
-    config stored with the checkpoint, `{}` for a scripted controller), `policy_config` (the network's config,
-    which the real-world learner publishes parameters for), `generator` (the draws of `mode="sample"`).
+    Attributes: `actor` (the actor network), `kind` ("ppo", "sac", "td3", "flow", "diffusion" or "scripted"),
+    `mode`, `run` (the run config stored with the checkpoint, `{}` for a scripted controller), `policy_config`
+    (the network's config, which the real-world learner publishes parameters for), `generator` (the draws of
+    `mode="sample"`).
     """
 
     def __init__(self, net: torch.nn.Module | Callable[[torch.Tensor], torch.Tensor], kind: str,
@@ -107,7 +107,7 @@ class Policy(torch.nn.Module):
                 chunk = self.actor(x)
             else:
                 noise = self._noise(x.new_empty(x.shape[0], self.actor.chunk, self.actor.action_dim))
-                chunk = self.actor.sample(x, noise=noise, generator=self.generator)
+                chunk = self.actor.sample(x, noise=noise)  # from this initial noise, deterministically
                 chunk = chunk[0] if isinstance(chunk, tuple) else chunk  # a flow's sample also returns its chain
             self._queue, self._next = chunk.clamp(-1.0, 1.0), 0
         self._next += 1
