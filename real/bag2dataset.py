@@ -280,7 +280,7 @@ class Bag2DatasetConfig:
 
 def cmd_bag2dataset(cfg: Bag2DatasetConfig) -> int:
     """Convert `bag` to an episode folder `out` (repairing an unclosed bag first unless repair=false)."""
-    from real.bagfile import mcap_complete, repair_bag
+    from real.bagfile import BagError, mcap_complete, recording_pid, repair_bag
 
     if not cfg.bag or not cfg.out:
         raise ConfigError("bag2dataset needs bag=<bag folder> and out=<dataset folder>")
@@ -289,6 +289,9 @@ def cmd_bag2dataset(cfg: Bag2DatasetConfig) -> int:
     modes = [m.strip() for m in cfg.modes.split(",") if m.strip()]
     if not bag.is_dir():
         raise ConfigError(f"bag={bag} is not a rosbag2 folder")
+    pid = recording_pid(bag)  # checked first: between two split files a live bag can look complete
+    if pid is not None:
+        raise BagError(f"{bag} is still being recorded (process {pid}); stop that recorder before converting")
     broken = not (bag / "metadata.yaml").is_file() or not all(mcap_complete(f) for f in bag.glob("*.mcap"))
     if broken and cfg.repair:
         for name, count in repair_bag(bag).items():
