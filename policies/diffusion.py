@@ -52,6 +52,10 @@ class DiffusionPolicy(nn.Module):
         stride = train_steps // inference_steps
         self.register_buffer("timesteps", torch.arange(inference_steps - 1, -1, -1) * stride)
 
+    def fit_normalizer(self, obs: torch.Tensor) -> None:
+        """Fit the observation statistics on training data (behaviour cloning does, before its first step)."""
+        self.obs_norm.update(obs)
+
     def eps(self, obs: torch.Tensor, x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """Predicted noise [B, chunk, A] for noisy chunks x at integer steps k ([B] or a 0-d tensor)."""
         k = k.to(x.device, x.dtype).reshape(-1, 1).expand(x.shape[0], 1) / self.train_steps

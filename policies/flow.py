@@ -52,7 +52,9 @@ class FlowPolicy(nn.Module):
 
     def __init__(self, obs_dim: int, action_dim: int, chunk: int = 4, hidden: tuple[int, ...] = (256, 256),
                  num_steps: int = 4, noise_level: float = 0.5, noise_std: tuple[float, float] = (0.08, 0.16),
-                 noise_head: bool = False):
+                 noise_head: bool = False, cond_dim: int | None = None):
+        """`cond_dim`: the width of `condition(obs)` when a subclass encodes the observation (`policies.vla`);
+        by default the normalised observation itself (`obs_dim`)."""
         super().__init__()
         if num_steps < 1 or chunk < 1:
             raise ValueError(f"num_steps and chunk must be >= 1, got {num_steps} and {chunk}")
@@ -65,38 +67,56 @@ class FlowPolicy(nn.Module):
                        "noise_head": noise_head}
         self.noise_level = noise_level
         self.log_var_range = (2 * math.log(noise_std[0]), 2 * math.log(noise_std[1]))
-        size = chunk * action_dim
-        self.velocity_net = mlp(obs_dim + size + 1, hidden, size)
-        self.noise_net = mlp(obs_dim + size + 1, hidden, size) if noise_head else None
+        size, cond = chunk * action_dim, obs_dim if cond_dim is None else cond_dim
+        self.velocity_net = mlp(cond + size + 1, hidden, size)
+        self.noise_net = mlp(cond + size + 1, hidden, size) if noise_head else None
         self.obs_norm = RunningNorm(obs_dim)  # identity until fitted (`obs_norm.update` on the BC data)
         self.register_buffer("times", torch.cat([torch.linspace(1.0, 1.0 / num_steps, num_steps), torch.zeros(1)]))
 
     # --- the field ---------------------------------------------------------------------------------
-    def _input(self, obs: torch.Tensor, x: torch.Tensor, t: torch.Tensor | float) -> torch.Tensor:
-        """[B, obs + chunk * action_dim + 1]: the normalised observation, the flattened chunk and the time (a
-        number or [B])."""
+    def condition(self, obs: torch.Tensor) -> torch.Tensor:
+        """What the field is conditioned on: the normalised observation (a VLA encodes pixels and words here)."""
+        return self.obs_norm(obs)
+
+    def fit_normalizer(self, obs: torch.Tensor) -> None:
+        """Fit the observation statistics on training data (behaviour cloning does, before its first step)."""
+        self.obs_norm.update(obs)
+
+    def _input(self, cond: torch.Tensor, x: torch.Tensor, t: torch.Tensor | float) -> torch.Tensor:
+        """[B, cond + chunk * action_dim + 1]: the condition, the flattened chunk and the time (a number or [B])."""
         t = torch.as_tensor(t, dtype=x.dtype, device=x.device)
         t = t.reshape(-1, 1) if t.ndim else t.expand(x.shape[0], 1)
-        return torch.cat([self.obs_norm(obs), x.flatten(1), t], -1)
+        return torch.cat([cond, x.flatten(1), t], -1)
 
     def velocity(self, obs: torch.Tensor, x: torch.Tensor, t: torch.Tensor | float) -> torch.Tensor:
         """v(x_t, t, obs) [B, chunk, action_dim] for x [B, chunk, action_dim] and t (a number or [B])."""
-        return self.velocity_net(self._input(obs, x, t)).view_as(x)
+        return self._velocity(self.condition(obs), x, t)
 
     def noise_std(self, obs: torch.Tensor, x: torch.Tensor, t: torch.Tensor | float) -> torch.Tensor:
         """Flow-Noise's std [B, chunk, action_dim]: the noise head's log-variance squashed into its range."""
-        if self.noise_net is None:
-            raise ValueError("this FlowPolicy has no noise head: build it with noise_head=True for Flow-Noise")
-        lo, hi = self.log_var_range
-        h = torch.tanh(self.noise_net(self._input(obs, x, t))).view_as(x)
-        return (0.5 * (lo + (hi - lo) * (h + 1) / 2)).exp()
+        return self._noise_std(self.condition(obs), x, t)
 
     def step_stats(self, obs: torch.Tensor, x: torch.Tensor, k: int | torch.Tensor, mode: str
                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean, std) of x_{k+1} given x_k under `mode` ("ode": std 0); `k` is one step for the batch or one per
         row ([B], a rollout's minibatch mixes chains whose Flow-SDE step differed)."""
+        return self._step_stats(self.condition(obs), x, k, mode)
+
+    # the same on an encoded condition: samplers encode the observation once for all K steps (a VLA's prefix)
+    def _velocity(self, cond: torch.Tensor, x: torch.Tensor, t: torch.Tensor | float) -> torch.Tensor:
+        return self.velocity_net(self._input(cond, x, t)).view_as(x)
+
+    def _noise_std(self, cond: torch.Tensor, x: torch.Tensor, t: torch.Tensor | float) -> torch.Tensor:
+        if self.noise_net is None:
+            raise ValueError("this FlowPolicy has no noise head: build it with noise_head=True for Flow-Noise")
+        lo, hi = self.log_var_range
+        h = torch.tanh(self.noise_net(self._input(cond, x, t))).view_as(x)
+        return (0.5 * (lo + (hi - lo) * (h + 1) / 2)).exp()
+
+    def _step_stats(self, cond: torch.Tensor, x: torch.Tensor, k: int | torch.Tensor, mode: str
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
         t, t_next = self.times[k], self.times[k + 1]
-        v = self.velocity(obs, x, t)
+        v = self._velocity(cond, x, t)
         if t.ndim:  # one time per row: broadcast over (chunk, action_dim)
             t, t_next = t.view(-1, 1, 1), t_next.view(-1, 1, 1)
         delta = t - t_next
@@ -108,7 +128,7 @@ class FlowPolicy(nn.Module):
             return (1 - t_next) * x0_hat + w1 * x1_hat, (delta.sqrt() * sigma).expand_as(x)
         mean = x - delta * v
         if mode == "noise":
-            return mean, self.noise_std(obs, x, t if not t.ndim else t.flatten())
+            return mean, self._noise_std(cond, x, t if not t.ndim else t.flatten())
         return mean, torch.zeros_like(x)
 
     # --- sampling and likelihoods ------------------------------------------------------------------
@@ -125,14 +145,15 @@ class FlowPolicy(nn.Module):
             noise = torch.randn(shape, generator=generator, device=obs.device)
         if step_noise is None and mode != "ode":
             step_noise = torch.randn((self.num_steps, *shape), generator=generator, device=obs.device)
+        cond = self.condition(obs)
         x, chain = noise, [noise]
         for k in range(self.num_steps):
             stochastic = mode == "noise" or (mode == "sde" and k == sde_step)
-            mean, std = self.step_stats(obs, x, k, mode if stochastic else "ode")
+            mean, std = self._step_stats(cond, x, k, mode if stochastic else "ode")
             x = mean + std * step_noise[k] if stochastic else mean
             chain.append(x)
         chain_t = torch.stack(chain)
-        logp = self.log_prob(obs, chain_t, mode, sde_step) if mode != "ode" else torch.zeros_like(x)
+        logp = self._log_prob(cond, chain_t, mode, sde_step) if mode != "ode" else torch.zeros_like(x)
         return x, chain_t, logp
 
     def log_prob(self, obs: torch.Tensor, chain: torch.Tensor, mode: str, sde_step: int | torch.Tensor = 0
@@ -140,25 +161,39 @@ class FlowPolicy(nn.Module):
         """Re-evaluate a stored chain's log-likelihood [B, chunk, action_dim] under the current weights: Flow-SDE's
         one transition `sde_step` (one for the batch, or [B] one per row), or Flow-Noise's mean over the prior and
         all K transitions."""
+        return self._log_prob(self.condition(obs), chain, mode, sde_step)
+
+    def _log_prob(self, cond: torch.Tensor, chain: torch.Tensor, mode: str, sde_step: int | torch.Tensor = 0
+                  ) -> torch.Tensor:
         if mode == "sde":
             if isinstance(sde_step, torch.Tensor):
                 rows = torch.arange(chain.shape[1], device=chain.device)
                 x, x_next = chain[sde_step, rows], chain[sde_step + 1, rows]
             else:
                 x, x_next = chain[sde_step], chain[sde_step + 1]
-            mean, std = self.step_stats(obs, x, sde_step, "sde")
+            mean, std = self._step_stats(cond, x, sde_step, "sde")
             return gaussian_log_prob(x_next, mean, std)
         if mode == "noise":
             terms = [gaussian_log_prob(chain[0], torch.zeros_like(chain[0]), torch.ones_like(chain[0]))]
             for k in range(self.num_steps):
-                mean, std = self.step_stats(obs, chain[k], k, "noise")
+                mean, std = self._step_stats(cond, chain[k], k, "noise")
                 terms.append(gaussian_log_prob(chain[k + 1], mean, std))
             return torch.stack(terms).mean(0)
         raise ValueError(f"log_prob needs a stochastic mode ('sde' or 'noise'), got {mode!r}")
 
+    def log_prob_and_entropy(self, obs: torch.Tensor, chain: torch.Tensor, mode: str,
+                             sde_step: int | torch.Tensor = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`log_prob` and, for Flow-Noise, `entropy`, encoding the observation once (None for Flow-SDE)."""
+        cond = self.condition(obs)
+        logp = self._log_prob(cond, chain, mode, sde_step)
+        return logp, self._entropy(cond, chain) if mode == "noise" else None
+
     def entropy(self, obs: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
         """Flow-Noise's Gaussian entropy 0.5 log(2 pi e std^2), averaged over the K steps [B, chunk, action_dim]."""
-        stds = [self.step_stats(obs, chain[k], k, "noise")[1] for k in range(self.num_steps)]
+        return self._entropy(self.condition(obs), chain)
+
+    def _entropy(self, cond: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
+        stds = [self._step_stats(cond, chain[k], k, "noise")[1] for k in range(self.num_steps)]
         return torch.stack([0.5 * (LOG_2PI + 1) + s.log() for s in stds]).mean(0)
 
     # --- behaviour cloning -------------------------------------------------------------------------
@@ -167,7 +202,7 @@ class FlowPolicy(nn.Module):
         [B, chunk, action_dim], noise x_1 of that shape and times t [B] in [0, 1]."""
         tt = t.view(-1, 1, 1)
         x_t = tt * noise + (1 - tt) * actions
-        return ((self.velocity(obs, x_t, t) - (noise - actions)) ** 2).mean()
+        return ((self._velocity(self.condition(obs), x_t, t) - (noise - actions)) ** 2).mean()
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """A deterministic action chunk for evaluation and deployment: the ODE from x_1 = 0, the noise's mean."""

@@ -256,9 +256,10 @@ def algo_config(algo: dict[str, Any], online: bool = False) -> tuple[Any, Any]:
 def make_env(env: dict[str, Any], seed: int, num_envs: int | None = None, device: str = "auto",
              pixels: dict[str, Any] | None = None):
     """The VecEnv of a composed `env` config (`sim.make` with the task's overrides; ``pixels`` adds camera
-    frames as a "pixels" observation group)."""
+    frames as a "pixels" observation group; default: the run's own `env.pixels`, which a VLA's run records)."""
     import sim
 
+    pixels = pixels if pixels is not None else env.get("pixels")
     return sim.make(env["name"], num_envs=num_envs or env["num_envs"], backend=env.get("backend", "auto"),
                     seed=seed, device=device, pixels=pixels, **(env.get("overrides") or {}))
 

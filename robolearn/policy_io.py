@@ -10,11 +10,13 @@ algorithms (`robolearn.algos.offline`: BC, TD3+BC, IQL, CQL, Cal-QL, ReBRAC) nam
 `"actor": "tanh_gaussian"` (loaded as the SAC kind) or `"deterministic"` (the TD3 kind), with `actor_hidden`,
 `activation` and `actor_layer_norm` beside it at the top level. Action-chunk policies (`policies.flow.FlowPolicy`,
 `policies.diffusion.DiffusionPolicy`; `"kind": "flow"` or `"diffusion"` with the network's constructor arguments,
-written by `save_chunk_policy`) return one action per call from a queue of H: a chunk is sampled when the queue is
-empty (deterministic: denoised from zero noise; sample: from the policy's generator) and executed open-loop, every
-env re-planning in lockstep (LeRobot's action queue); `reset()` empties it, as at an episode's start. Deployment,
-the real-world actor, evaluation and rendering use it; none needs critics or target networks, so only the
-actor's weights are read. This module imports neither the simulator nor JAX.
+written by `save_chunk_policy`; and the small VLA `policies.vla.VLAPolicy`, `"kind": "vla"`, which reads the
+`"pixels"` group and the state from `"policy"` and follows `policy.actor.instruction`) return one action per call
+from a queue of H: a chunk is sampled when the queue is empty (deterministic: denoised from zero noise; sample: from
+the policy's generator) and executed open-loop, every env re-planning in lockstep (LeRobot's action queue);
+`reset()` empties it, as at an episode's start. Deployment, the real-world actor, evaluation and rendering use it;
+none needs critics or target networks, so only the actor's weights are read. This module imports neither
+the simulator nor JAX.
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ class Policy(torch.nn.Module):
             dist = self.actor.distribution(obs)
             return dist.mean + dist.stddev * self._noise(dist.mean)
         x = obs["policy"]
+        if self.kind == "vla":  # one packed row per env: the camera frame, the instruction's tokens, the state
+            x = self.actor.pack(obs["pixels"], x)
         if self.kind in CHUNK_KINDS:
             return self._chunk_action(x)
         if self.kind == "sac":
@@ -129,7 +133,10 @@ def _actor(kind: str, cfg: Mapping[str, Any]) -> torch.nn.Module:
         if kind == "ppo":
             return ActorCritic(**cfg)
         if kind in CHUNK_KINDS:
-            return (FlowPolicy if kind == "flow" else DiffusionPolicy)(**{k: v for k, v in cfg.items() if k != "kind"})
+            from policies.vla import VLAPolicy
+
+            net_class = {"flow": FlowPolicy, "diffusion": DiffusionPolicy, "vla": VLAPolicy}[kind]
+            return net_class(**{k: v for k, v in cfg.items() if k != "kind"})
         c = cfg if "actor" in cfg else cfg[kind]  # an offline algorithm keeps its actor fields at the top level
         actor_class = TanhGaussianActor if kind == "sac" else DeterministicActor
         return actor_class(cfg["obs_dim"], cfg["num_actions"], tuple(c["actor_hidden"]), c["activation"],
@@ -139,14 +146,14 @@ def _actor(kind: str, cfg: Mapping[str, Any]) -> torch.nn.Module:
 
 
 #: Action-chunk policies: `"kind"` in a checkpoint's policy config.
-CHUNK_KINDS = ("flow", "diffusion")
+CHUNK_KINDS = ("flow", "diffusion", "vla")
 
 #: An offline algorithm's `"actor"` -> the policy kind whose network it is.
 ACTOR_KINDS = {"tanh_gaussian": "sac", "deterministic": "td3"}
 
 
 def policy_kind(policy_config: Mapping[str, Any]) -> str:
-    """"sac", "td3", "ppo", "flow" or "diffusion": which network a checkpoint's policy config describes."""
+    """"sac", "td3", "ppo", "flow", "diffusion" or "vla": which network a checkpoint's policy config describes."""
     if policy_config.get("kind") in CHUNK_KINDS:
         return policy_config["kind"]
     if "actor" in policy_config:  # an offline algorithm's checkpoint names its actor
@@ -185,10 +192,12 @@ def load_policy(path: str | Path, mode: Mode = "deterministic", device: str | to
 
 
 def chunk_policy_checkpoint(net: torch.nn.Module) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """(policy config, `actor.*` tensors) of a `FlowPolicy` or `DiffusionPolicy`: what `load_policy` rebuilds."""
+    """(policy config, `actor.*` tensors) of a `FlowPolicy`, `DiffusionPolicy` or `VLAPolicy`: what `load_policy`
+    rebuilds."""
     from policies.flow import FlowPolicy
+    from policies.vla import VLAPolicy
 
-    kind = "flow" if isinstance(net, FlowPolicy) else "diffusion"
+    kind = "vla" if isinstance(net, VLAPolicy) else "flow" if isinstance(net, FlowPolicy) else "diffusion"
     return {"kind": kind, **net.config}, {f"actor.{k}": v.detach() for k, v in net.state_dict().items()}
 
 
@@ -196,7 +205,14 @@ def save_chunk_policy(path: str | Path, net: torch.nn.Module, run: Mapping[str, 
     """Write a `FlowPolicy` or `DiffusionPolicy` as a checkpoint folder (config.json + model.safetensors) that
     `load_policy` loads; `run` is the run config stored beside it (what it was trained on)."""
     config, state = chunk_policy_checkpoint(net)
-    return checkpoint.save(path, {"policy": config, "run": dict(run or {})}, state)
+    return checkpoint.save(path, {**lerobot_fields(net), "policy": config, "run": dict(run or {})}, state)
+
+
+def lerobot_fields(net: torch.nn.Module) -> dict[str, Any]:
+    """A VLA checkpoint's config.json also carries LeRobot's top-level policy fields (`type`, `input_features`,
+    `output_features`, `chunk_size`, `n_action_steps`...) so LeRobot-style tooling reads its inputs; else {}."""
+    features = getattr(net, "lerobot_features", None)
+    return {"type": "robolearn_vla", **features()} if features is not None else {}
 
 
 def scripted_policy(spec: str) -> Policy:

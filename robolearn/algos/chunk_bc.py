@@ -62,26 +62,35 @@ def train_chunk_bc(data: Any, cfg: ChunkBCConfig | None = None, group: str = "po
     chunks = action_chunks(data.actions, data.step_starts, cfg.chunk)
     obs = obs_all[torch.as_tensor(np.asarray(data.obs_index))]  # each step's observation (T + 1 rows per episode)
     torch.manual_seed(cfg.seed)
-    generator = torch.Generator().manual_seed(cfg.seed)
     if cfg.policy == "flow":
         policy: FlowPolicy | DiffusionPolicy = FlowPolicy(obs.shape[1], chunks.shape[2], cfg.chunk, tuple(cfg.hidden),
                                                           cfg.num_steps, noise_head=cfg.noise_head)
     else:
         policy = DiffusionPolicy(obs.shape[1], chunks.shape[2], cfg.chunk, tuple(cfg.hidden), cfg.train_steps,
                                  cfg.num_steps)
-    policy.obs_norm.update(obs)  # the dataset's mean and std travel with the policy (LeRobot's MEAN_STD)
+    policy.fit_normalizer(obs)  # the dataset's mean and std travel with the policy (LeRobot's MEAN_STD)
+    return policy, fit_chunk_policy(policy, obs, chunks, cfg)
+
+
+def fit_chunk_policy(policy: FlowPolicy | DiffusionPolicy, obs: Any, chunks: torch.Tensor, cfg: ChunkBCConfig
+                     ) -> list[float]:
+    """`cfg.steps` Adam steps of the policy's `bc_loss` on random minibatches of (obs[i], chunks[i]); `obs` is a
+    tensor or anything indexed by a tensor of rows (a VLA's packer decodes its frames per batch). Returns the
+    losses. The observation normaliser is the caller's to fit, before."""
+    generator = torch.Generator().manual_seed(cfg.seed)
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    diffusion = isinstance(policy, DiffusionPolicy)
     losses = []
     for _ in range(cfg.steps):
         i = torch.randint(0, len(chunks), (cfg.batch_size,), generator=generator)
         a = chunks[i]
         noise = torch.randn(a.shape, generator=generator)
-        if cfg.policy == "flow":
-            loss = policy.bc_loss(obs[i], a, noise, torch.rand(len(i), generator=generator))
-        else:
+        if diffusion:
             loss = policy.bc_loss(obs[i], a, noise, torch.randint(0, cfg.train_steps, (len(i),), generator=generator))
+        else:
+            loss = policy.bc_loss(obs[i], a, noise, torch.rand(len(i), generator=generator))
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    return policy, losses
+    return losses

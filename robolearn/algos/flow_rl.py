@@ -45,7 +45,7 @@ from robolearn.advantages import gae, grpo, masked_whiten
 from robolearn.chunks import run_chunk
 from robolearn.errors import ConfigError
 from robolearn.losses import ppo_clip_loss, value_loss
-from robolearn.policy_io import chunk_policy_checkpoint
+from robolearn.policy_io import chunk_policy_checkpoint, lerobot_fields
 
 critic_obs = ActorCritic.critic_obs  # the privileged "critic" group when the task has one, else "policy"
 
@@ -225,7 +225,7 @@ class FlowRL:
                     self.critic_opt.step()
                     stats["loss/value"] += v_loss.item()
                 if train_actor:
-                    logp = policy.log_prob(obs[idx], chains[:, idx], cfg.mode, sde_steps[idx])
+                    logp, entropy = policy.log_prob_and_entropy(obs[idx], chains[:, idx], cfg.mode, sde_steps[idx])
                     old, a = old_logp[idx], adv[idx]
                     if cfg.logprob_level == "chunk":
                         logp, old = logp.sum((1, 2)), old.sum((1, 2))
@@ -234,8 +234,8 @@ class FlowRL:
                     pg_loss, info = ppo_clip_loss(logp, old, a, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                                                   dual_clip=cfg.dual_clip)
                     loss = pg_loss
-                    if cfg.mode == "noise" and cfg.entropy_coef:
-                        entropy = policy.entropy(obs[idx], chains[:, idx]).mean()
+                    if entropy is not None and cfg.entropy_coef:
+                        entropy = entropy.mean()
                         loss = loss - cfg.entropy_coef * entropy
                         stats["entropy"] += entropy.item()
                     self.actor_opt.zero_grad(set_to_none=True)
@@ -261,7 +261,8 @@ def save_flow_run(path: Any, learner: FlowRL, iteration: int, env_steps: int, ge
         optimizers["critic"] = learner.critic_opt
     tensors, meta = checkpoint.flatten_optimizers(optimizers)
     tensors["generator"] = generator.get_state()
-    config = {"policy": policy_config, "run": dict(run or {}), "flow_rl": dataclasses.asdict(learner.cfg)}
+    config = {**lerobot_fields(learner.policy), "policy": policy_config, "run": dict(run or {}),
+              "flow_rl": dataclasses.asdict(learner.cfg)}
     return checkpoint.save(path, config, state, tensors, {"optimizers": meta, "iteration": iteration,
                                                          "env_steps": env_steps})
 
@@ -304,6 +305,8 @@ def finetune_flow(policy: FlowPolicy, env: Any, cfg: FlowRLConfig, eval_env: Any
         task_cfg = env.task.cfg
         run = {"env": {"name": env.task.name, "num_envs": env.num_envs,
                        "policy_dt": float(task_cfg.ctrl_dt * task_cfg.action_repeat)}}
+        if getattr(env, "pixels", None):  # a VLA's camera: `robolearn eval` renders the same frames
+            run["env"]["pixels"] = dict(env.pixels)
     if resume and checkpoints is None:
         raise ConfigError("resume=True needs the run_dir whose checkpoints/latest to continue from")
     history: list[dict[str, float]] = []

@@ -1,0 +1,133 @@
+"""A small vision-language-action policy: pi0's layout in miniature, trainable on a CPU.
+
+A prefix encodes what the robot sees and is told, and a flow-matching action expert (`policies.flow.FlowPolicy`,
+with all its samplers, so Flow-SDE / Flow-Noise PPO fine-tune it unchanged) denoises action chunks conditioned on
+that prefix:
+
+- vision: a camera frame (uint8 RGB [H, W, 3]) through a 3-layer strided CNN to `width` features;
+- language: the instruction, tokenised by characters (`CharTokenizer`), through a one-layer transformer encoder
+  with learned positions, mean-pooled over its real tokens (padding masked) to `width` features;
+- state: the robot's proprioception (`state_dim` values, normalised by its dataset statistics) to `width` features.
+
+The three are concatenated and mixed by one layer into the condition of the velocity field. Every sampler and
+trainer in robolearn passes observations as one flat tensor, so a VLA observation is packed into one row:
+``[frame (H * W * 3 values, 0-255), tokens (max_tokens ids), state (state_dim)]`` (`pack`); frames stay uint8
+until a batch is packed. The checkpoint layout is LeRobot's: `config.json` (with LeRobot's `input_features` /
+`output_features`, `chunk_size`, `n_action_steps`) and `model.safetensors`.
+"""
+
+from __future__ import annotations
+
+import string
+
+import torch
+from torch import nn
+
+from policies.flow import FlowPolicy
+from policies.normalizer import RunningNorm
+
+#: The characters an instruction may use; id 0 pads, id 1 stands for any other character.
+VOCAB = string.ascii_lowercase + string.digits + " ,.-'"
+
+
+class CharTokenizer:
+    """Lower-cased characters to ids 2..; 0 pads to `max_tokens`, 1 is any character outside `VOCAB`."""
+
+    def __init__(self, max_tokens: int = 48):
+        self.max_tokens = max_tokens
+        self.vocab_size = len(VOCAB) + 2
+        self._ids = {c: i + 2 for i, c in enumerate(VOCAB)}
+
+    def encode(self, texts: str | list[str]) -> torch.Tensor:
+        """[B, max_tokens] token ids of each text (one text: [1, max_tokens]); longer texts are an error."""
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        out = torch.zeros(len(texts), self.max_tokens, dtype=torch.long)
+        for row, text in enumerate(texts):
+            ids = [self._ids.get(c, 1) for c in text.lower().strip()]
+            if not ids or len(ids) > self.max_tokens:
+                raise ValueError(f"an instruction needs 1 to {self.max_tokens} characters, got {len(ids)}: {text!r}")
+            out[row, :len(ids)] = torch.tensor(ids)
+        return out
+
+
+class VLAPolicy(FlowPolicy):
+    """Camera frame + instruction + state -> action chunks by flow matching; see the module docstring."""
+
+    def __init__(self, image_shape: tuple[int, int, int], state_dim: int, action_dim: int, chunk: int = 5,
+                 max_tokens: int = 48, width: int = 64, hidden: tuple[int, ...] = (256, 256), num_steps: int = 4,
+                 noise_level: float = 0.5, noise_std: tuple[float, float] = (0.08, 0.16), noise_head: bool = False,
+                 instructions: tuple[str, ...] = (), camera: str | None = None):
+        h, w, c = image_shape
+        if c != 3 or min(h, w) < 16:
+            raise ValueError(f"image_shape must be (H, W, 3) with H, W >= 16, got {tuple(image_shape)}")
+        self.image_shape, self.state_dim, self.max_tokens = (h, w, c), state_dim, max_tokens
+        obs_dim = h * w * c + max_tokens + state_dim
+        super().__init__(obs_dim, action_dim, chunk, hidden, num_steps, noise_level, noise_std, noise_head,
+                         cond_dim=width)
+        self.tokenizer = CharTokenizer(max_tokens)
+        self.config = {"image_shape": [h, w, c], "state_dim": state_dim, "action_dim": action_dim, "chunk": chunk,
+                       "max_tokens": max_tokens, "width": width, "hidden": list(hidden), "num_steps": num_steps,
+                       "noise_level": noise_level, "noise_std": list(noise_std), "noise_head": noise_head,
+                       "instructions": list(instructions), "camera": camera}
+        self.instruction = instructions[0] if instructions else None  # what `pack` says when no tokens are given
+        self.vision = nn.Sequential(
+            nn.Conv2d(3, 16, 5, stride=2, padding=2), nn.SiLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.SiLU(),
+            nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.SiLU(), nn.Flatten())
+        with torch.no_grad():
+            vision_out = self.vision(torch.zeros(1, 3, h, w)).shape[1]
+        self.vision_proj = nn.Linear(vision_out, width)
+        self.token_emb = nn.Embedding(self.tokenizer.vocab_size, width, padding_idx=0)
+        self.pos_emb = nn.Parameter(torch.randn(max_tokens, width) * 0.02)
+        self.text = nn.TransformerEncoderLayer(width, nhead=4, dim_feedforward=2 * width, dropout=0.0,
+                                               batch_first=True)
+        self.obs_norm = RunningNorm(state_dim)  # the state's statistics only (frames: /255; tokens: ids)
+        self.state_proj = nn.Linear(state_dim, width)
+        self.mix = nn.Sequential(nn.SiLU(), nn.Linear(3 * width, width), nn.SiLU())
+
+    # --- packing: one flat row per observation, as every sampler and trainer passes them ---------------
+    def pack(self, frames: torch.Tensor, state: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, obs_dim] from frames [B, H, W, 3] (uint8), state [B, >= state_dim] (its first `state_dim` values)
+        and tokens [B or 1, max_tokens] (None: `self.instruction`'s)."""
+        if tokens is None:
+            if self.instruction is None:
+                raise ValueError("no instruction: pass tokens, or set policy.instruction")
+            tokens = self.tokenizer.encode(self.instruction)
+        if tuple(frames.shape[1:]) != self.image_shape:
+            raise ValueError(f"frames must be [B, {', '.join(map(str, self.image_shape))}], got {tuple(frames.shape)}")
+        b = frames.shape[0]
+        return torch.cat([frames.reshape(b, -1).float(), tokens.to(frames.device).float().expand(b, -1),
+                          state[:, :self.state_dim].float()], -1)
+
+    def unpack(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(frames [B, 3, H, W] in [0, 1], tokens [B, max_tokens] long, state [B, state_dim]) of packed rows."""
+        h, w, c = self.image_shape
+        n = h * w * c
+        frames = obs[:, :n].reshape(-1, h, w, c).permute(0, 3, 1, 2) / 255.0
+        tokens = obs[:, n:n + self.max_tokens].round().long()
+        return frames, tokens, obs[:, n + self.max_tokens:]
+
+    # --- the prefix --------------------------------------------------------------------------------
+    def condition(self, obs: torch.Tensor) -> torch.Tensor:
+        """The prefix features [B, width] of packed observations."""
+        frames, tokens, state = self.unpack(obs)
+        vision = self.vision_proj(self.vision(frames))
+        pad = tokens == 0
+        text = self.text(self.token_emb(tokens) + self.pos_emb, src_key_padding_mask=pad)
+        keep = (~pad).unsqueeze(-1).float()
+        text = (text * keep).sum(1) / keep.sum(1).clamp(min=1.0)
+        return self.mix(torch.cat([vision, text, self.state_proj(self.obs_norm(state))], -1))
+
+    def fit_normalizer(self, obs: torch.Tensor) -> None:
+        """Fit the state statistics on packed training rows (frames and tokens are not normalised)."""
+        self.obs_norm.update(obs[:, -self.state_dim:])
+
+    def lerobot_features(self) -> dict[str, dict]:
+        """LeRobot's `input_features` / `output_features` for config.json (images channel-first, as LeRobot)."""
+        h, w, c = self.image_shape
+        camera = self.config["camera"] or "camera"
+        return {"input_features": {f"observation.images.{camera}": {"type": "VISUAL", "shape": [c, h, w]},
+                                   "observation.state": {"type": "STATE", "shape": [self.state_dim]}},
+                "output_features": {"action": {"type": "ACTION", "shape": [self.action_dim]}},
+                "chunk_size": self.chunk, "n_action_steps": self.chunk, "num_inference_steps": self.num_steps,
+                "tokenizer_max_length": self.max_tokens}

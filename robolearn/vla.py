@@ -1,0 +1,155 @@
+"""The small VLA (`policies.vla.VLAPolicy`) end to end: pixels datasets of several arm tasks told apart only by
+their instructions, behaviour cloning on all of them at once, and the env view under which flow RL (Flow-Noise
+or Flow-SDE PPO, `robolearn.algos.flow_rl`) fine-tunes it.
+
+    data = {task: collect_demos(task, episodes=50, size=32) for task in ARM_INSTRUCTIONS}
+    policy, losses = train_vla_bc(data, VLAConfig(steps=5000))
+    env = VLAEnv(sim.make("arm-reach", num_envs=64, pixels=camera(32)), policy, ARM_INSTRUCTIONS["arm-reach"])
+    policy, history = finetune_flow(policy, env, FlowRLConfig(mode="noise", entropy_coef=0.005))
+
+The policy sees a camera frame, its instruction and the arm's proprioception (`ARM_STATE_DIM`: joint angles,
+opening, their velocities and the grasp point), never the cube's or the goal's coordinates: those are in the
+frame. PPO's critic keeps the task's privileged "critic" group (an asymmetric actor-critic, as pi_RL's value head
+on privileged state). Frames come from MuJoCo's renderer on the host, which is what limits the speed on a CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from policies.vla import VLAPolicy
+from robolearn.algos.chunk_bc import ChunkBCConfig, action_chunks, fit_chunk_policy
+from robolearn.errors import ConfigError
+
+#: One instruction per arm task: the same camera, arm and cube, told apart by words only.
+ARM_INSTRUCTIONS = {
+    "arm-reach": "move the gripper to the green ball",
+    "arm-push": "push the cube to the green ball",
+    "arm-pick-place": "pick up the cube and place it at the green ball",
+}
+#: The arm's proprioception: the first 15 values of its "policy" group (sim/tasks/arm.py).
+ARM_STATE_DIM = 15
+CAMERA = "side"
+
+
+def camera(size: int, name: str = CAMERA) -> dict[str, Any]:
+    """The `pixels=` setting of `sim.make` for square frames of `size` from the arm's camera `name`."""
+    return {"camera": name, "width": size, "height": size}
+
+
+@dataclasses.dataclass
+class VLAConfig(ChunkBCConfig):
+    """The VLA's shape and its behaviour cloning (the optimiser fields are ChunkBCConfig's)."""
+
+    chunk: int = 5                   # arm episodes (100, 150, 200 steps) are whole numbers of chunks
+    num_steps: int = 4
+    noise_head: bool = True          # Flow-Noise fine-tuning's learned std (trained by RL, not by BC)
+    width: int = 64                  # prefix features per modality
+    max_tokens: int = 48
+    state_dim: int = ARM_STATE_DIM
+
+
+class PackedRows:
+    """Training rows packed on demand: `rows[i]` -> [len(i), obs_dim] (frames stay uint8 until a batch is drawn)."""
+
+    def __init__(self, policy: VLAPolicy, frames: torch.Tensor, states: torch.Tensor, tokens: torch.Tensor):
+        self.policy, self.frames, self.states, self.tokens = policy, frames, states, tokens
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    def __getitem__(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.policy.pack(self.frames[idx], self.states[idx], self.tokens[idx])
+
+
+def collect_demos(task: str, episodes: int, size: int, seed: int = 0, num_envs: int = 25, noise: float = 0.0) -> Any:
+    """`episodes` episodes of the task's scripted reference controller with camera frames of `size` pixels."""
+    from robolearn.collect import CollectConfig, PixelsConfig, collect
+    from robolearn.config import EnvConfig
+
+    pixels = PixelsConfig(enabled=True, camera=CAMERA, width=size, height=size)
+    return collect(CollectConfig(env=EnvConfig(name=task, num_envs=min(episodes, num_envs)), kind="expert",
+                                 policy="reference", noise=noise, episodes=episodes, seed=seed, progress=False,
+                                 ref_min_score=0.0, ref_max_score=1.0, pixels=pixels))
+
+
+def train_vla_bc(datasets: Mapping[str, Any], cfg: VLAConfig | None = None,
+                 instructions: Mapping[str, str] | None = None) -> tuple[VLAPolicy, list[float]]:
+    """A VLA cloned from several datasets at once, each under its instruction (`instructions[name]`, default
+    `ARM_INSTRUCTIONS`); every dataset needs a "pixels" group of one frame size and a "policy" group."""
+    cfg = cfg if cfg is not None else VLAConfig()
+    instructions = ARM_INSTRUCTIONS if instructions is None else instructions
+    if not datasets:
+        raise ConfigError("train_vla_bc needs at least one dataset")
+    frames, states, chunks, texts = [], [], [], []
+    for name, data in datasets.items():
+        if name not in instructions:
+            raise ConfigError(f"no instruction for dataset {name!r}: pass instructions={{{name!r}: '...'}}")
+        missing = {"pixels", "policy"} - set(data.observations)
+        if missing:
+            raise ConfigError(f"dataset {name!r} lacks observation groups {sorted(missing)} (collect it with pixels)")
+        index = np.asarray(data.obs_index)  # each step's observation (an episode stores T + 1)
+        frames.append(torch.as_tensor(np.asarray(data.observations["pixels"])[index]))
+        states.append(torch.as_tensor(np.asarray(data.observations["policy"])[index][:, :cfg.state_dim],
+                                      dtype=torch.float32))
+        chunks.append(action_chunks(data.actions, data.step_starts, cfg.chunk))
+        texts += [instructions[name]] * len(index)
+    shapes = {tuple(f.shape[1:]) for f in frames}
+    if len(shapes) != 1:
+        raise ConfigError(f"the datasets' frames differ in size: {sorted(shapes)}")
+    torch.manual_seed(cfg.seed)
+    names = list(datasets)
+    policy = VLAPolicy(shapes.pop(), cfg.state_dim, chunks[0].shape[2], cfg.chunk, cfg.max_tokens, cfg.width,
+                       tuple(cfg.hidden), cfg.num_steps, noise_head=cfg.noise_head,
+                       instructions=tuple(instructions[n] for n in names), camera=CAMERA)
+    unique = sorted(set(texts))
+    token_of = dict(zip(unique, policy.tokenizer.encode(unique), strict=True))
+    rows = PackedRows(policy, torch.cat(frames), torch.cat(states), torch.stack([token_of[t] for t in texts]))
+    policy.obs_norm.update(rows.states)  # the state's statistics; frames scale by 1/255, tokens are ids
+    return policy, fit_chunk_policy(policy, rows, torch.cat(chunks), cfg)
+
+
+class VLAEnv:
+    """A pixels VecEnv as a VLA sees it: every observation's "policy" group becomes the packed row (frame,
+    instruction tokens, state) and "pixels" is dropped; "critic" stays. The rsl_rl VecEnv surface that
+    `robolearn.chunks` and `robolearn.algos.flow_rl` use (reset with groups, step, final_obs) passes through."""
+
+    def __init__(self, env: Any, policy: VLAPolicy, instruction: str):
+        if "pixels" not in env.observation_shapes:
+            raise ConfigError("a VLA env needs camera frames: sim.make(..., pixels=robolearn.vla.camera(size))")
+        if tuple(env.observation_shapes["pixels"]) != policy.image_shape:
+            raise ConfigError(f"the env renders {tuple(env.observation_shapes['pixels'])} frames, the policy "
+                              f"takes {policy.image_shape}")
+        self.env, self.policy = env, policy
+        self.tokens = policy.tokenizer.encode(instruction)
+        self.num_envs, self.num_actions = env.num_envs, env.num_actions
+        self.max_episode_length, self.device, self.task = env.max_episode_length, env.device, env.task
+        self.observation_shapes = {k: v for k, v in env.observation_shapes.items() if k != "pixels"}
+        self.observation_shapes["policy"] = (policy.obs_dim,)
+        h, w, _ = policy.image_shape
+        self.pixels = {"camera": policy.config["camera"], "width": w, "height": h}  # what a run records
+
+    def _view(self, obs: Any) -> TensorDict:
+        groups = {k: v for k, v in obs.items() if k != "pixels"}
+        groups["policy"] = self.policy.pack(obs["pixels"], obs["policy"], self.tokens)
+        return TensorDict(groups, batch_size=[self.num_envs])
+
+    def reset(self, seed: int | None = None, group_size: int = 1) -> TensorDict:
+        return self._view(self.env.reset(seed=seed, group_size=group_size))
+
+    def get_observations(self) -> TensorDict:
+        return self._view(self.env.get_observations())
+
+    def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        obs, rewards, dones, extras = self.env.step(actions)
+        extras = {**extras, "final_obs": self._view(extras["final_obs"])}
+        return self._view(obs), rewards, dones, extras
+
+    def close(self) -> None:
+        self.env.close()

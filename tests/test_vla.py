@@ -1,0 +1,116 @@
+"""The small VLA (policies/vla.py, robolearn/vla.py): its tokenizer and packing, behaviour cloning that follows the
+instruction and the camera, and the whole path on the arm tasks: pixels demos of three tasks, BC, a LeRobot-layout
+checkpoint that `load_policy` plays, and Flow-Noise PPO in the pixels env, checkpointed for `robolearn eval`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import sim
+from policies.vla import CharTokenizer, VLAPolicy
+from robolearn.algos.flow_rl import FlowRLConfig, finetune_flow
+from robolearn.data.dataset import Dataset
+from robolearn.errors import ConfigError
+from robolearn.evaluate import evaluate
+from robolearn.policy_io import load_policy, save_chunk_policy
+from robolearn.vla import ARM_INSTRUCTIONS, VLAConfig, VLAEnv, camera, collect_demos, train_vla_bc
+
+
+def test_tokenizer_pads_and_refuses_long_instructions():
+    tok = CharTokenizer(max_tokens=8)
+    ids = tok.encode(["Push it", "a?"])
+    assert ids.shape == (2, 8) and ids[0, 7] == 0 and ids[1, 2] == 0
+    assert ids[0, 0] == tok.encode("p")[0, 0] and ids[1, 1] == 1  # lower-cased; "?" is the unknown id
+    with pytest.raises(ValueError, match="1 to 8 characters"):
+        tok.encode("far too long")
+
+
+def test_pack_and_unpack_round_trip():
+    policy = VLAPolicy((16, 16, 3), state_dim=4, action_dim=2, chunk=3, max_tokens=8, width=16, hidden=(32,),
+                       noise_head=True, instructions=("go left",))
+    frames = torch.randint(0, 256, (5, 16, 16, 3), dtype=torch.uint8)
+    state = torch.randn(5, 6)  # a task's "policy" group: the VLA reads its first state_dim values
+    packed = policy.pack(frames, state)
+    assert packed.shape == (5, policy.obs_dim)
+    f, t, s = policy.unpack(packed)
+    assert torch.equal(f, frames.permute(0, 3, 1, 2).float() / 255) and torch.equal(s, state[:, :4])
+    assert torch.equal(t[0], policy.tokenizer.encode("go left")[0])
+    actions, chain, logp = policy.sample(packed, "noise", generator=torch.Generator().manual_seed(0))
+    assert actions.shape == (5, 3, 2) and chain.shape == (5, 5, 3, 2) and torch.isfinite(logp).all()
+    with pytest.raises(ValueError, match="frames must be"):
+        policy.pack(frames[:, :8], state)
+
+
+def _toy_dataset(color: int, sign: float, episodes: int = 4, length: int = 6) -> Dataset:
+    """Frames of one colour channel lit at a random brightness; the action is sign * brightness (+ a constant)."""
+    rng = np.random.default_rng(color)
+    n = episodes * (length + 1)
+    level = rng.uniform(0.3, 1.0, n)
+    frames = np.zeros((n, 16, 16, 3), np.uint8)
+    frames[..., color] = (level * 255).astype(np.uint8)[:, None, None]
+    index = np.arange(episodes * length) + np.repeat(np.arange(episodes), length)
+    actions = np.stack([sign * level[index], np.full(len(index), 0.25)], -1).astype(np.float32)
+    ends = np.zeros(len(index), bool)
+    ends[length - 1::length] = True
+    return Dataset(observations={"pixels": frames, "policy": rng.normal(size=(n, 3)).astype(np.float32)},
+                   actions=actions, rewards=np.zeros(len(index), np.float32),
+                   terminations=np.zeros(len(index), bool), truncations=ends, lengths=np.full(episodes, length))
+
+
+def test_bc_follows_the_instruction_and_the_camera():
+    """Two tasks with the same frames distribution but opposite actions: only the words tell them apart; within
+    a task the action's size is the frame's brightness: only the pixels tell it."""
+    data = {"red": _toy_dataset(0, 1.0), "green": _toy_dataset(1, -1.0)}
+    words = {"red": "follow the red light", "green": "oppose the green light"}
+    cfg = VLAConfig(chunk=2, hidden=(64, 64), width=32, state_dim=3, steps=400, batch_size=64, lr=2e-3)
+    policy, losses = train_vla_bc(data, cfg, instructions=words)
+    assert np.mean(losses[-20:]) < 0.5 * np.mean(losses[:20])
+    with torch.no_grad():
+        for name, color, sign in (("red", 0, 1.0), ("green", 1, -1.0)):
+            for level in (0.4, 0.9):
+                frame = torch.zeros(1, 16, 16, 3, dtype=torch.uint8)
+                frame[..., color] = int(level * 255)
+                obs = policy.pack(frame, torch.zeros(1, 3), policy.tokenizer.encode(words[name]))
+                act = policy(obs)[0, 0]
+                assert abs(float(act[0]) - sign * level) < 0.15, (name, level, act)
+                assert abs(float(act[1]) - 0.25) < 0.1
+
+
+def test_arm_tasks_from_pixels_to_a_checkpoint_and_flow_noise_ppo(tmp_path):
+    """Real pixels demos of the three arm tasks (one each, 16x16 frames), a few BC steps, the LeRobot-layout
+    checkpoint played by `load_policy` in a pixels env, then Flow-Noise PPO in `VLAEnv` writing a checkpoint that
+    `robolearn eval` scores (it renders the same camera)."""
+    data = {task: collect_demos(task, episodes=1, size=16) for task in ARM_INSTRUCTIONS}
+    assert data["arm-push"].observations["pixels"].shape[1:] == (16, 16, 3)
+    policy, _ = train_vla_bc(data, VLAConfig(hidden=(64, 64), width=16, steps=20, batch_size=32))
+    assert policy.instruction == ARM_INSTRUCTIONS["arm-reach"]
+    path = save_chunk_policy(tmp_path / "bc", policy, {"env": {"name": "arm-reach", "pixels": camera(16)}})
+    config = json.loads((path / "config.json").read_text())
+    assert config["type"] == "robolearn_vla" and config["chunk_size"] == 5
+    assert config["input_features"]["observation.images.side"]["shape"] == [3, 16, 16]
+    assert config["policy"]["instructions"] == list(ARM_INSTRUCTIONS.values())
+
+    loaded = load_policy(path)
+    assert loaded.kind == "vla"
+    env = sim.make("arm-reach", num_envs=2, pixels=camera(16))
+    obs = env.get_observations()
+    with torch.no_grad():
+        first = loaded(obs)
+        expected = policy(policy.pack(obs["pixels"], obs["policy"]))[:, 0].clamp(-1, 1)
+    torch.testing.assert_close(first, expected)
+    with pytest.raises(ConfigError, match="renders"):
+        VLAEnv(sim.make("arm-reach", num_envs=2, pixels=camera(24)), policy, ARM_INSTRUCTIONS["arm-reach"])
+
+    train_env = VLAEnv(env, policy, ARM_INSTRUCTIONS["arm-reach"])
+    assert train_env.observation_shapes["policy"] == (policy.obs_dim,) and "critic" in train_env.observation_shapes
+    cfg = FlowRLConfig(mode="noise", iterations=2, rollout_chunks=2, critic_warmup=1, entropy_coef=0.005,
+                       eval_every=100, critic_hidden=(32,))
+    _, history = finetune_flow(policy, train_env, cfg, run_dir=tmp_path / "rl")
+    assert history[-1]["iteration"] == 2 and history[-1]["env_steps"] == 2 * 2 * 5 * 2
+    final = tmp_path / "rl" / "checkpoints" / "final"
+    assert load_policy(final).policy_config["kind"] == "vla"
+    assert np.isfinite(evaluate(final, episodes=2))
