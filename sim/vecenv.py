@@ -46,7 +46,8 @@ class VecEnv:
     at time-outs) and `extras["log"]` (per-step means of every reward term and task metric;
     `episode/` metrics average over the episodes ending at the step, NaN if none). With `pixels`, every
     observation (and `final_obs`) also carries a `"pixels"` group: uint8 RGB frames [N, H, W, 3]
-    rendered by MuJoCo from a named camera.
+    rendered by MuJoCo from a named camera (without shadows, reflections and skybox unless `effects`: 17x
+    faster on a CPU's software OpenGL).
 
     Tensors returned by `step` view the simulator's buffers without copying: treat them as read-only
     (clone before modifying in place).
@@ -71,11 +72,11 @@ class VecEnv:
         if pixels is not None:  # a "pixels" observation group rendered by MuJoCo on the host
             from sim.rendering import Renderer
 
-            unknown = set(pixels) - {"camera", "width", "height"}
+            unknown = set(pixels) - {"camera", "width", "height", "effects"}
             if unknown:
-                raise ConfigError(f"unknown pixels settings {sorted(unknown)}; valid: camera, width, height")
+                raise ConfigError(f"unknown pixels settings {sorted(unknown)}; valid: camera, width, height, effects")
             self._pixels = Renderer(task, width=int(pixels.get("width", 64)), height=int(pixels.get("height", 64)),
-                                    camera=pixels.get("camera"))
+                                    camera=pixels.get("camera"), effects=bool(pixels.get("effects", False)))
         self.seed = int(seed)
         self._resets = 0
         self._reset_fn, self._step_fn = self._compile()
