@@ -1,0 +1,148 @@
+"""The small VLA on the arm tasks (CPU): pixels demos of the scripted controllers of arm-reach, arm-push and
+arm-pick-place, one VLA cloned on all three (told apart only by the instruction), its success per task from the
+camera, then Flow-Noise PPO fine-tuning on one task through the same `finetune_flow` as the state flow policy;
+and the speed of a VLA rollout and update against the state flow policy's on the same envs.
+
+    python benchmarks/vla_arm.py                          # -> benchmarks/results/vla_arm_cpu.{json,png}
+    python benchmarks/vla_arm.py --demos 10 --bc-steps 500 --iterations 2     # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import sim  # noqa: E402  (first: it picks the headless OpenGL before mujoco loads)
+from benchmarks.sim_throughput import machine_info  # noqa: E402
+
+OUT = Path(__file__).parent / "results"
+
+
+def success(policy, task: str, args: argparse.Namespace, instruction: str) -> float:
+    """Success rate of the ODE sampler over `eval_envs` held-out starts of `task` under `instruction`."""
+    from robolearn.algos.flow_rl import evaluate_flow
+    from robolearn.vla import VLAEnv, camera
+
+    env = VLAEnv(sim.make(task, num_envs=args.eval_envs, seed=args.seed + 7, nthread=1, pixels=camera(args.size)),
+                 policy, instruction)
+    try:
+        return float(evaluate_flow(env, policy)["success"])
+    finally:
+        env.close()
+
+
+def speed(policy, args: argparse.Namespace) -> dict:
+    """Env-steps/s of a Flow-Noise rollout and PPO minibatch steps/s: the VLA (frames rendered every step) vs the
+    state flow policy of the same action expert, same task and envs, one thread."""
+    from policies.flow import FlowPolicy
+    from robolearn.algos.flow_rl import FlowRL, FlowRLConfig, collect_chunks
+    from robolearn.vla import ARM_INSTRUCTIONS, VLAEnv, camera
+
+    out = {}
+    cfg = FlowRLConfig(mode="noise")
+    for name in ("vla", "state_flow"):
+        env = sim.make(args.task, num_envs=args.num_envs, seed=0, nthread=1,
+                       pixels=camera(args.size) if name == "vla" else None)
+        if name == "vla":
+            env, net = VLAEnv(env, policy, ARM_INSTRUCTIONS[args.task]), policy
+        else:
+            net = FlowPolicy(env.observation_shapes["policy"][0], env.num_actions, policy.chunk,
+                             tuple(policy.config["hidden"]), policy.num_steps, noise_head=True)
+        learner = FlowRL(net, env.observation_shapes["critic"][0], cfg)
+        g = torch.Generator().manual_seed(0)
+        obs = env.reset(seed=0)
+        decisions = 10
+        began = time.perf_counter()
+        ro, obs = collect_chunks(env, net, learner.critic, obs, decisions, "noise", g)
+        rollout_s = time.perf_counter() - began
+        began = time.perf_counter()
+        learner.update(ro, obs, train_actor=True, generator=g)
+        update_s = time.perf_counter() - began
+        out[name] = {"env_steps_per_s": decisions * net.chunk * env.num_envs / rollout_s,
+                     "updates_per_s": cfg.epochs * cfg.minibatches / update_s}
+        env.close()
+    out["ratio_env_steps_vla_to_state"] = out["vla"]["env_steps_per_s"] / out["state_flow"]["env_steps_per_s"]
+    out["ratio_updates_vla_to_state"] = out["vla"]["updates_per_s"] / out["state_flow"]["updates_per_s"]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--demos", type=int, default=50, help="episodes per task")
+    parser.add_argument("--size", type=int, default=32, help="camera frames of size x size")
+    parser.add_argument("--bc-steps", type=int, default=6000)
+    parser.add_argument("--task", default="arm-reach", help="the task fine-tuned by Flow-Noise PPO")
+    parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--num-envs", type=int, default=32)
+    parser.add_argument("--eval-envs", type=int, default=50)
+    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--actor-lr", type=float, default=1e-4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=str(OUT / "vla_arm_cpu"))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    from robolearn.algos.flow_rl import FlowRLConfig, finetune_flow
+    from robolearn.vla import ARM_INSTRUCTIONS, VLAConfig, VLAEnv, camera, collect_demos, train_vla_bc
+
+    began = time.perf_counter()
+    data = {task: collect_demos(task, args.demos, args.size, seed=args.seed, num_envs=args.demos)
+            for task in ARM_INSTRUCTIONS}
+    collect_s = time.perf_counter() - began
+    began = time.perf_counter()
+    policy, losses = train_vla_bc(data, VLAConfig(steps=args.bc_steps, seed=args.seed))
+    bc_s = time.perf_counter() - began
+    bc = {"demos_per_task": args.demos, "frames": sum(d.num_steps for d in data.values()), "collect_s": collect_s,
+          "bc_steps": args.bc_steps, "bc_s": bc_s, "bc_loss": sum(losses[-100:]) / 100,
+          "parameters": sum(p.numel() for p in policy.parameters()),
+          "success": {task: success(policy, task, args, words) for task, words in ARM_INSTRUCTIONS.items()}}
+    # the instruction matters: the reach task under the push instruction
+    bc["success_reach_told_push"] = success(policy, "arm-reach", args, ARM_INSTRUCTIONS["arm-push"])
+    print("BC", json.dumps(bc), flush=True)
+
+    env = VLAEnv(sim.make(args.task, num_envs=args.num_envs, seed=args.seed + 1, nthread=1, pixels=camera(args.size)),
+                 policy, ARM_INSTRUCTIONS[args.task])
+    eval_env = VLAEnv(sim.make(args.task, num_envs=args.eval_envs, seed=args.seed + 7, nthread=1,
+                               pixels=camera(args.size)), policy, ARM_INSTRUCTIONS[args.task])
+    cfg = FlowRLConfig(mode="noise", iterations=args.iterations, actor_lr=args.actor_lr, gamma=0.95,
+                       entropy_coef=0.005, critic_warmup=3, eval_every=args.eval_every, seed=args.seed)
+    _, history = finetune_flow(policy, env, cfg, eval_env=eval_env,
+                               log=lambda r: print({k: round(v, 3) for k, v in r.items()}, flush=True))
+    env.close()
+    eval_env.close()
+    after = {task: success(policy, task, args, words) for task, words in ARM_INSTRUCTIONS.items()}
+    result = {"machine": machine_info(), "config": vars(args), "bc": bc, "finetune": history,
+              "success_after_finetune": after, "speed": speed(policy, args)}
+    print(json.dumps({k: v for k, v in result.items() if k != "finetune"}, indent=1))
+    Path(args.out).parent.mkdir(exist_ok=True)
+    Path(args.out + ".json").write_text(json.dumps(result, indent=1))
+    plot(history, bc, args)
+
+
+def plot(history: list[dict], bc: dict, args: argparse.Namespace) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in history if "eval/success" in r]
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.plot([r["env_steps"] / 1e3 for r in rows], [100 * r["eval/success"] for r in rows], marker="o",
+            label=f"VLA, Flow-Noise PPO on {args.task}")
+    ax.set_xlabel("env steps (thousands)")
+    ax.set_ylabel(f"success on {args.eval_envs} starts (%)")
+    ax.set_title(f"small VLA from {args.size}x{args.size} frames (BC: {args.demos} demos per task)")
+    ax.set_ylim(0, 100)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(args.out + ".png", dpi=120)
+
+
+if __name__ == "__main__":
+    main()
