@@ -8,6 +8,8 @@
     robolearn tasks verbose=true
     robolearn bench suite=smoke                     # algorithms x datasets x seeds -> bench/smoke/report.md
     robolearn finetune algo=wsrl dataset=<name>     # offline pre-training, then online fine-tuning (O2O)
+    robolearn chunk-bc data=<dataset> out=runs/bc   # a flow / diffusion action-chunk policy by behaviour cloning
+    robolearn flow-rl checkpoint=runs/bc            # its PPO / GRPO fine-tuning in the batched sim (pi_RL)
 
 The ROS 2 bridge (`real/`) adds:
 
@@ -59,6 +61,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("robolearn.collect:cmd_collect", "robolearn.collect:CollectConfig"),
     "bench": ("robolearn.bench:cmd_bench", "robolearn.bench:BenchConfig"),
     "finetune": ("robolearn.finetune:finetune", "robolearn.finetune:FinetuneConfig"),
+    "chunk-bc": ("robolearn.chunk_cli:cmd_chunk_bc", "robolearn.chunk_cli:ChunkBCCommand"),
+    "flow-rl": ("robolearn.chunk_cli:cmd_flow_rl", "robolearn.chunk_cli:FlowRLCommand"),
     "deploy": ("real.deploy:cmd_deploy", "real.deploy:DeployConfig"),
     "fake-robot": ("real.fake_robot:cmd_fake_robot", "real.fake_robot:FakeRobotConfig"),
     "record": ("real.recorder:cmd_record", "real.recorder:RecordConfig"),

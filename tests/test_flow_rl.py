@@ -5,7 +5,6 @@ within seconds; Flow-Noise trains its noise head."""
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pytest
 import torch
@@ -142,15 +141,23 @@ def test_fine_tuning_checkpoints_resume_and_load_as_a_policy(tmp_path):
         finetune_flow(fresh(), TargetEnv(8), cfg, resume=True)
 
 
-def test_a_sim_run_checkpoint_evaluates_with_robolearn_eval(tmp_path):
-    """On a sim VecEnv the checkpoint records the task, so `robolearn eval`'s `evaluate` plays it as it is."""
-    import sim
-    from robolearn.evaluate import evaluate
+def test_cli_chunk_bc_then_flow_rl_resumed_then_eval(tmp_path, capsys):
+    """The command line end to end on a sim task: demos, `robolearn chunk-bc`, `robolearn flow-rl` and its resume;
+    the run's checkpoint records the task, so `robolearn eval` plays it as it is."""
+    from robolearn.cli import main
 
-    env = sim.make("point-mass", num_envs=4, seed=0, episode_length=20)
-    torch.manual_seed(0)
-    policy = FlowPolicy(env.observation_shapes["policy"][0], env.num_actions, chunk=4, hidden=(16,), num_steps=2)
-    cfg = FlowRLConfig(iterations=1, critic_warmup=0, critic_hidden=(16,), rollout_chunks=5)
-    finetune_flow(policy, env, cfg, run_dir=tmp_path)
-    env.close()
-    assert math.isfinite(evaluate(tmp_path / "checkpoints" / "final", episodes=2, device="cpu"))
+    data, bc, rl = tmp_path / "demos", tmp_path / "bc", tmp_path / "rl"
+    short = "+env.overrides.episode_length=20"  # recorded with the data, then with each checkpoint
+    assert main(["collect", "env=point-mass", "env.num_envs=4", short, "kind=expert", "policy=reference",
+                 "episodes=4", "ref_min_score=0", "ref_max_score=1", "progress=false", f"out={data}"]) == 0
+    assert main(["chunk-bc", f"data={data}", f"out={bc}", "bc.chunk=4", "bc.num_steps=2", "bc.hidden=[16]",
+                 "bc.steps=20", "bc.batch_size=16"]) == 0
+    assert "flow policy (chunks of 4) cloned from 80 steps" in capsys.readouterr().out
+    common = [f"run_dir={rl}", "num_envs=4", "eval_envs=0", "rl.critic_hidden=[16]", "rl.critic_warmup=0",
+              "rl.rollout_chunks=5"]
+    assert main(["flow-rl", f"checkpoint={bc}", "rl.iterations=1", *common]) == 0
+    assert main(["flow-rl", "resume=true", "rl.iterations=2", *common]) == 0
+    history = [line for line in capsys.readouterr().out.splitlines() if line.startswith("iteration=")]
+    assert [h.split()[0] for h in history] == ["iteration=0", "iteration=1", "iteration=2"]
+    assert main(["eval", f"checkpoint={rl / 'checkpoints' / 'final'}", "episodes=2", "device=cpu"]) == 0
+    assert main(["flow-rl", f"checkpoint={data}"]) != 0  # not a checkpoint: a clear error, no traceback

@@ -42,7 +42,7 @@ def action_chunks(actions: Any, step_starts: Any, chunk: int) -> torch.Tensor:
     repeated past its end. `step_starts` [E + 1]: each episode's first step index and the total (Dataset's)."""
     if chunk < 1:
         raise ConfigError(f"chunk must be >= 1, got {chunk}")
-    actions = torch.as_tensor(np.asarray(actions), dtype=torch.float32)
+    actions = torch.from_numpy(np.array(actions, dtype=np.float32))  # a copy: data may be a read-only memmap
     starts = torch.as_tensor(np.asarray(step_starts), dtype=torch.long)
     lengths = starts[1:] - starts[:-1]
     last = torch.repeat_interleave(starts[1:] - 1, lengths)               # [N] each step's episode end
@@ -58,7 +58,7 @@ def train_chunk_bc(data: Any, cfg: ChunkBCConfig | None = None, group: str = "po
         raise ConfigError(f"chunk BC policy must be 'flow' or 'diffusion', got {cfg.policy!r}")
     if group not in data.observations:
         raise ConfigError(f"the dataset has observation groups {sorted(data.observations)}, not {group!r}")
-    obs_all = torch.as_tensor(np.asarray(data.observations[group]), dtype=torch.float32)
+    obs_all = torch.from_numpy(np.array(data.observations[group], dtype=np.float32))  # a copy: data may be mmap
     chunks = action_chunks(data.actions, data.step_starts, cfg.chunk)
     obs = obs_all[torch.as_tensor(np.asarray(data.obs_index))]  # each step's observation (T + 1 rows per episode)
     torch.manual_seed(cfg.seed)

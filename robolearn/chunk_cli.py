@@ -1,0 +1,131 @@
+"""`robolearn chunk-bc` and `robolearn flow-rl`: action-chunk policies from the command line.
+
+    robolearn collect env=arm-push kind=expert policy=reference episodes=100 out=data/arm-push-demos
+    robolearn chunk-bc data=data/arm-push-demos out=runs/arm-push-bc bc.chunk=5 bc.num_steps=4 bc.steps=6000
+    robolearn flow-rl checkpoint=runs/arm-push-bc run_dir=runs/arm-push-ppo rl.iterations=100 rl.gamma=0.95
+    robolearn flow-rl run_dir=runs/arm-push-ppo resume=true rl.iterations=200        # go on
+    robolearn eval checkpoint=runs/arm-push-ppo/checkpoints/final
+
+`chunk-bc` clones a flow (`bc.policy=flow`) or diffusion policy and writes a checkpoint that `robolearn eval` and
+`robolearn deploy` play (the dataset's task is recorded with it). `flow-rl` fine-tunes a flow checkpoint with PPO
+or GRPO (`robolearn.algos.flow_rl`, options under `rl.`) in the batched sim of its task, or of `env=`; a VLA
+checkpoint (`robolearn.vla`) runs in the camera env it was trained with, under `instruction=` (default: its first).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from robolearn.algos.chunk_bc import ChunkBCConfig
+from robolearn.algos.flow_rl import FlowRLConfig
+from robolearn.errors import ConfigError
+
+
+@dataclasses.dataclass
+class ChunkBCCommand:
+    """`robolearn chunk-bc`: behaviour cloning of a flow / diffusion action-chunk policy from a dataset."""
+
+    data: str | None = None         # a dataset: a path, or a name under data/ (required)
+    out: str | None = None          # the checkpoint folder (default: runs/<task>-<policy>-bc-<time>)
+    group: str = "policy"           # the observation group the policy reads
+    bc: ChunkBCConfig = dataclasses.field(default_factory=ChunkBCConfig)
+
+
+@dataclasses.dataclass
+class FlowRLCommand:
+    """`robolearn flow-rl`: PPO / GRPO fine-tuning of a flow (or VLA) chunk policy in the batched sim."""
+
+    checkpoint: str | None = None   # the policy to fine-tune (required unless resume=true)
+    run_dir: str | None = None      # default: runs/<task>-flow-<algo>-<time>
+    resume: bool = False            # go on from <run_dir>/checkpoints/latest
+    env: str | None = None          # the task (default: the checkpoint's)
+    num_envs: int = 128
+    eval_envs: int = 100            # envs of the evaluation (one episode each, the ODE sampler); 0: none
+    instruction: str | None = None  # a VLA's instruction (default: the first it was trained on)
+    seed: int = 0
+    rl: FlowRLConfig = dataclasses.field(default_factory=FlowRLConfig)
+
+
+def cmd_chunk_bc(cfg: ChunkBCCommand) -> int:
+    from robolearn.algos.chunk_bc import train_chunk_bc
+    from robolearn.data.formats import load_dataset
+    from robolearn.policy_io import save_chunk_policy
+    from robolearn.train import resolve_dataset
+
+    if not cfg.data:
+        raise ConfigError("chunk-bc needs data=<dataset path or name>")
+    path = resolve_dataset(cfg.data)
+    data = load_dataset(path)
+    task = data.metadata.get("task")
+    out = Path(cfg.out or f"runs/{task or path.name}-{cfg.bc.policy}-bc-{time.strftime('%Y%m%d-%H%M%S')}")
+    began = time.perf_counter()
+    policy, losses = train_chunk_bc(data, cfg.bc, cfg.group)
+    env = data.metadata.get("env") or ({"name": task, "num_envs": 16} if task else None)  # collect's env config
+    run = {"data": str(path), "chunk_bc": dataclasses.asdict(cfg.bc), **({"env": env} if env else {})}
+    save_chunk_policy(out, policy, run)
+    tail = losses[-100:]
+    print(f"{cfg.bc.policy} policy (chunks of {cfg.bc.chunk}) cloned from {data.num_steps} steps of {path} in "
+          f"{time.perf_counter() - began:.0f} s, final loss {sum(tail) / len(tail):.4f}: {out}")
+    return 0
+
+
+def cmd_flow_rl(cfg: FlowRLCommand) -> int:
+    import sim
+    from policies.flow import FlowPolicy
+    from policies.vla import VLAPolicy
+    from robolearn.algos.flow_rl import finetune_flow
+    from robolearn.policy_io import load_policy
+
+    run_dir = Path(cfg.run_dir) if cfg.run_dir else None
+    if cfg.resume:
+        if run_dir is None:
+            raise ConfigError("flow-rl resume=true needs run_dir=<the run to continue>")
+        source = run_dir / "checkpoints" / "latest"
+    elif cfg.checkpoint:
+        source = Path(cfg.checkpoint)
+    else:
+        raise ConfigError("flow-rl needs checkpoint=<a flow policy checkpoint> (or run_dir=... resume=true)")
+    loaded = load_policy(source)
+    policy = loaded.actor.train()
+    if not isinstance(policy, FlowPolicy):
+        raise ConfigError(f"{source} holds a {loaded.kind} policy; flow-rl fine-tunes flow and VLA chunk policies")
+    env_cfg = dict(loaded.run.get("env") or {})
+    task = cfg.env or env_cfg.get("name")
+    if not task:
+        raise ConfigError(f"{source} records no task: pass env=<task>")
+    overrides = (env_cfg.get("overrides") or {}) if task == env_cfg.get("name") else {}
+    vla = isinstance(policy, VLAPolicy)
+    pixels = None
+    if vla:
+        h, w, _ = policy.image_shape
+        pixels = env_cfg.get("pixels") or {"camera": policy.config["camera"], "width": w, "height": h}
+
+    def make(num_envs: int, seed: int):
+        env = sim.make(task, num_envs=num_envs, seed=seed, pixels=pixels, **overrides)
+        if vla:
+            from robolearn.vla import VLAEnv
+
+            return VLAEnv(env, policy, cfg.instruction or policy.instruction)
+        return env
+
+    run_dir = run_dir or Path(f"runs/{task}-flow-{cfg.rl.algo}-{time.strftime('%Y%m%d-%H%M%S')}")
+    rl = dataclasses.replace(cfg.rl, seed=cfg.seed)
+    env, eval_env = make(cfg.num_envs, cfg.seed + 1), make(cfg.eval_envs, cfg.seed + 7) if cfg.eval_envs else None
+    task_cfg = sim.make_task(task, **overrides).cfg
+    run_env = {"name": task, "num_envs": cfg.num_envs, "overrides": overrides,
+               "policy_dt": float(task_cfg.ctrl_dt * task_cfg.action_repeat)}
+    run = {"env": {**run_env, "pixels": pixels} if vla else run_env, "source": str(source)}
+
+    def log(row: dict) -> None:
+        print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+
+    try:
+        finetune_flow(policy, env, rl, eval_env=eval_env, log=log, run_dir=run_dir, run=run, resume=cfg.resume)
+    finally:
+        env.close()
+        if eval_env is not None:
+            eval_env.close()
+    print(f"final policy: {run_dir / 'checkpoints' / 'final'}")
+    return 0
