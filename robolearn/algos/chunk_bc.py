@@ -42,7 +42,7 @@ def action_chunks(actions: Any, step_starts: Any, chunk: int) -> torch.Tensor:
     repeated past its end. `step_starts` [E + 1]: each episode's first step index and the total (Dataset's)."""
     if chunk < 1:
         raise ConfigError(f"chunk must be >= 1, got {chunk}")
-    actions = torch.from_numpy(np.array(actions, dtype=np.float32))  # a copy: data may be a read-only memmap
+    actions = torch.from_numpy(np.array(np.asarray(actions), dtype=np.float32))  # a copy (data may be a memmap)
     starts = torch.as_tensor(np.asarray(step_starts), dtype=torch.long)
     lengths = starts[1:] - starts[:-1]
     last = torch.repeat_interleave(starts[1:] - 1, lengths)               # [N] each step's episode end
