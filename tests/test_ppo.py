@@ -38,10 +38,11 @@ def _small(tmp_path, **kw):
 
 
 def test_ppo_solves_cartpole_balance(tmp_path):
-    rows = _runner(tmp_path, num_envs=64, hidden=(64, 64)).learn(150, checkpoint_interval=1000)
-    # Random actions score 354, the LQR reference 1000 (sim/tasks/reference.py).
+    rows = _runner(tmp_path, num_envs=64, hidden=(64, 64)).learn(120, checkpoint_interval=1000)
+    # Random actions score 354, the LQR reference 1000 (sim/tasks/reference.py); measured 952 at 120 iterations
+    # (825 at 100, 981 at 150).
     assert rows[-1]["mean_return"] > 900, rows[-1]["mean_return"]
-    assert rows[-1]["env_steps"] == 150 * 32 * 64
+    assert rows[-1]["env_steps"] == 120 * 32 * 64
 
 
 def test_resume_reproduces_uninterrupted_run(tmp_path):
