@@ -43,6 +43,7 @@ def main() -> None:
     parser.add_argument("--noise-critic-steps", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=1500)      # decisions of uniform noise before learning
     parser.add_argument("--target-entropy-scale", type=float, default=0.0)  # the paper's target_ent 0
+    parser.add_argument("--gamma", type=float, default=0.99)    # per chunk decision
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(OUT / f"dsrl_{TASK}_cpu"))
     args = parser.parse_args()
@@ -56,7 +57,7 @@ def main() -> None:
     env = sim.make(TASK, num_envs=args.num_envs, seed=args.seed + 1, nthread=1)
     eval_env = sim.make(TASK, num_envs=100, seed=args.seed + 2, nthread=1)
     sac = SACConfig(utd_ratio=args.utd, learning_starts=args.warmup, random_warmup=True, critic_layer_norm=True,
-                    target_entropy_scale=args.target_entropy_scale)
+                    target_entropy_scale=args.target_entropy_scale, gamma=args.gamma)
     run_dir = Path(tempfile.mkdtemp(prefix="dsrl-"))
     decisions = env.max_episode_length // args.chunk
     cfg = DSRLConfig(args.magnitude, decisions, args.eval_every, args.variant, args.noise_critic_steps)
