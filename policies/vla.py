@@ -4,7 +4,9 @@ A prefix encodes what the robot sees and is told, and a flow-matching action exp
 with all its samplers, so Flow-SDE / Flow-Noise PPO fine-tune it unchanged) denoises action chunks conditioned on
 that prefix:
 
-- vision: a camera frame (uint8 RGB [H, W, 3]) through a 3-layer strided CNN to `width` features;
+- vision: a camera frame (uint8 RGB [H, W, 3]) through a small CNN whose last feature maps become keypoints by a
+  spatial softmax (each map's expected image coordinates, Levine et al. 2016; robomimic's visuomotor default), to
+  `width` features: a goal marker a few pixels wide is a position, which a flattened feature map localises poorly;
 - language: the instruction, tokenised by characters (`CharTokenizer`), through a one-layer transformer encoder
   with learned positions, mean-pooled over its real tokens (padding masked) to `width` features;
 - state: the robot's proprioception (`state_dim` values, normalised by its dataset statistics) to `width` features.
@@ -50,13 +52,25 @@ class CharTokenizer:
         return out
 
 
+class SpatialSoftmax(nn.Module):
+    """[B, K, H, W] feature maps -> [B, 3K]: each map's keypoint, the expected (x, y) in [-1, 1] under its softmax
+    over pixels, and its mean activation (how strongly the feature is present, which a keypoint alone drops)."""
+
+    def forward(self, maps: torch.Tensor) -> torch.Tensor:
+        b, k, h, w = maps.shape
+        weights = torch.softmax(maps.flatten(2), -1).view(b, k, h, w)
+        ys = torch.linspace(-1.0, 1.0, h, device=maps.device, dtype=maps.dtype)
+        xs = torch.linspace(-1.0, 1.0, w, device=maps.device, dtype=maps.dtype)
+        return torch.cat([(weights.sum(2) * xs).sum(-1), (weights.sum(3) * ys).sum(-1), maps.mean((2, 3))], -1)
+
+
 class VLAPolicy(FlowPolicy):
     """Camera frame + instruction + state -> action chunks by flow matching; see the module docstring."""
 
     def __init__(self, image_shape: tuple[int, int, int], state_dim: int, action_dim: int, chunk: int = 5,
                  max_tokens: int = 48, width: int = 64, hidden: tuple[int, ...] = (256, 256), num_steps: int = 4,
                  noise_level: float = 0.5, noise_std: tuple[float, float] = (0.08, 0.16), noise_head: bool = False,
-                 instructions: tuple[str, ...] = (), camera: str | None = None):
+                 instructions: tuple[str, ...] = (), camera: str | None = None, keypoints: int = 32):
         h, w, c = image_shape
         if c != 3 or min(h, w) < 16:
             raise ValueError(f"image_shape must be (H, W, 3) with H, W >= 16, got {tuple(image_shape)}")
@@ -68,15 +82,14 @@ class VLAPolicy(FlowPolicy):
         self.config = {"image_shape": [h, w, c], "state_dim": state_dim, "action_dim": action_dim, "chunk": chunk,
                        "max_tokens": max_tokens, "width": width, "hidden": list(hidden), "num_steps": num_steps,
                        "noise_level": noise_level, "noise_std": list(noise_std), "noise_head": noise_head,
-                       "instructions": list(instructions), "camera": camera}
+                       "instructions": list(instructions), "camera": camera, "keypoints": keypoints}
         self.instruction = instructions[0] if instructions else None  # what `pack` says when no tokens are given
         self.vision = nn.Sequential(
-            nn.Conv2d(3, 16, 5, stride=2, padding=2), nn.SiLU(),
-            nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.SiLU(),
-            nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.SiLU(), nn.Flatten())
-        with torch.no_grad():
-            vision_out = self.vision(torch.zeros(1, 3, h, w)).shape[1]
-        self.vision_proj = nn.Linear(vision_out, width)
+            nn.Conv2d(3, 32, 3, padding=1), nn.SiLU(),
+            nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.SiLU(),
+            nn.Conv2d(32, 32, 3, padding=1), nn.SiLU(),
+            nn.Conv2d(32, keypoints, 1), SpatialSoftmax())
+        self.vision_proj = nn.Linear(3 * keypoints, width)
         self.token_emb = nn.Embedding(self.tokenizer.vocab_size, width, padding_idx=0)
         self.pos_emb = nn.Parameter(torch.randn(max_tokens, width) * 0.02)
         self.text = nn.TransformerEncoderLayer(width, nhead=4, dim_feedforward=2 * width, dropout=0.0,

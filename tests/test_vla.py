@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import sim
-from policies.vla import CharTokenizer, VLAPolicy
+from policies.vla import CharTokenizer, SpatialSoftmax, VLAPolicy
 from robolearn.algos.flow_rl import FlowRLConfig, finetune_flow
 from robolearn.data.dataset import Dataset
 from robolearn.errors import ConfigError
@@ -27,6 +27,15 @@ def test_tokenizer_pads_and_refuses_long_instructions():
     assert ids[0, 0] == tok.encode("p")[0, 0] and ids[1, 1] == 1  # lower-cased; "?" is the unknown id
     with pytest.raises(ValueError, match="1 to 8 characters"):
         tok.encode("far too long")
+
+
+def test_spatial_softmax_finds_a_hot_pixel():
+    maps = torch.zeros(1, 2, 5, 9)
+    maps[0, 0, 1, 8] = 50.0  # row 1 of 5 (y = -0.5), last column (x = 1)
+    out = SpatialSoftmax()(maps)
+    torch.testing.assert_close(out[0, [0, 2]], torch.tensor([1.0, -0.5]), atol=1e-4, rtol=0)
+    torch.testing.assert_close(out[0, [1, 3]], torch.zeros(2), atol=1e-6, rtol=0)  # a flat map: the centre
+    torch.testing.assert_close(out[0, 4:], torch.tensor([50.0 / 45, 0.0]))         # mean activations
 
 
 def test_pack_and_unpack_round_trip():
