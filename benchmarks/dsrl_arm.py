@@ -44,6 +44,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1500)      # decisions of uniform noise before learning
     parser.add_argument("--target-entropy-scale", type=float, default=0.0)  # the paper's target_ent 0
     parser.add_argument("--gamma", type=float, default=0.99)    # per chunk decision
+    parser.add_argument("--warmup-policy", default="base", choices=["base", "uniform"])
+    parser.add_argument("--eval-deterministic", action="store_true")  # default: sampled latents, as the paper
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(OUT / f"dsrl_{TASK}_cpu"))
     args = parser.parse_args()
@@ -56,11 +58,13 @@ def main() -> None:
     bc = {"demos": args.demos, "bc_steps": args.bc_steps, "bc_loss": losses[-1], "bc_s": time.perf_counter() - began}
     env = sim.make(TASK, num_envs=args.num_envs, seed=args.seed + 1, nthread=1)
     eval_env = sim.make(TASK, num_envs=100, seed=args.seed + 2, nthread=1)
-    sac = SACConfig(utd_ratio=args.utd, learning_starts=args.warmup, random_warmup=True, critic_layer_norm=True,
+    sac = SACConfig(utd_ratio=args.utd, learning_starts=args.warmup, random_warmup=args.warmup_policy == "uniform",
+                    critic_layer_norm=True,
                     target_entropy_scale=args.target_entropy_scale, gamma=args.gamma)
     run_dir = Path(tempfile.mkdtemp(prefix="dsrl-"))
     decisions = env.max_episode_length // args.chunk
-    cfg = DSRLConfig(args.magnitude, decisions, args.eval_every, args.variant, args.noise_critic_steps)
+    cfg = DSRLConfig(args.magnitude, decisions, args.eval_every, args.variant, args.noise_critic_steps,
+                     args.warmup_policy, args.eval_deterministic)
     runner = dsrl_runner(base, env, eval_env, sac, run_dir, cfg, seed=args.seed)
     rows = runner.learn(args.iterations, checkpoint_interval=args.iterations)
     shutil.rmtree(run_dir, ignore_errors=True)

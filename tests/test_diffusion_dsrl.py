@@ -108,7 +108,7 @@ def test_noise_env_runs_chunks_of_the_frozen_policy():
 def test_dsrl_steers_a_frozen_policy_and_resumes(tmp_path, variant):
     sac = SACConfig(actor_hidden=(32, 32), critic_hidden=(32, 32), batch_size=64, learning_starts=64,
                     actor_lr=3e-3, critic_lr=3e-3, temperature_lr=3e-3)
-    cfg = DSRLConfig(magnitude=1.0, steps_per_iteration=4, eval_every=128, variant=variant)
+    cfg = DSRLConfig(magnitude=1.0, steps_per_iteration=4, eval_every=128, variant=variant, eval_deterministic=True)
     runner = dsrl_runner(identity_flow(), ReachEnv(8), ReachEnv(4), sac, tmp_path / "run", cfg, seed=0)
     rows = runner.learn(16, checkpoint_interval=8)
     before, after = rows[0]["eval/return"], rows[-1]["eval/return"]
@@ -118,6 +118,21 @@ def test_dsrl_steers_a_frozen_policy_and_resumes(tmp_path, variant):
     assert resumed.updates == runner.updates and resumed.env_steps == runner.env_steps
     for name, tensor in runner.algo.model_state().items():  # DSRL-NA's noise critic and base policy included
         torch.testing.assert_close(resumed.algo.model_state()[name], tensor, msg=name)
+
+
+def test_dsrl_warm_up_plays_the_base_policy_and_evaluates_sampled_latents(tmp_path):
+    """Before learning_starts the latents are the base's own noise N(0, I) / magnitude, clipped (the paper's
+    init_rollout_steps), not uniform; evaluation samples latents unless eval_deterministic."""
+    sac = SACConfig(actor_hidden=(8,), critic_hidden=(8,), batch_size=16, learning_starts=2000)
+    runner = dsrl_runner(identity_flow(), ReachEnv(50), ReachEnv(2), sac, tmp_path, DSRLConfig(magnitude=2.0,
+                         steps_per_iteration=20, eval_every=1000), seed=0)
+    runner.learn(1, checkpoint_interval=10)
+    w = runner.learner.buffer.actions[:20].flatten()
+    assert len(w) == 4000 and abs(float(w.std()) - 0.5) < 0.03  # N(0, 1) / 2: std 0.5 (uniform: 0.58)
+    assert 0.02 < float((w.abs() == 1.0).float().mean()) < 0.07  # |N(0, 1)| > 2 clipped: 4.6%
+    assert runner.eval_deterministic is False
+    with pytest.raises(ConfigError, match="warmup"):
+        DSRLConfig(warmup="random")
 
 
 @pytest.mark.parametrize("kind", ["flow", "diffusion"])

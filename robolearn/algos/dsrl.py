@@ -12,8 +12,10 @@ replay, UTD, checkpoints, exact resume, evaluation, metrics.
     runner = dsrl_runner(base, env, eval_env, SACConfig(utd_ratio=4), run_dir="runs/dsrl")
     runner.learn(iterations=200)
 
-The deterministic latent policy (w = tanh(mean)) is what evaluation plays; w = 0 replays the base policy's own
-deterministic chunk (its `forward`), so DSRL starts from the base policy's mode, not its average.
+Before `learning_starts` the runner plays the base policy itself (`warmup: base`: noise ~ N(0, I), the paper's
+`init_rollout_steps`), so the critic first sees what the base does. Evaluation plays sampled latents as the paper's
+default (`eval_deterministic: false`); with true, the deterministic latent policy w = tanh(mean), where w = 0
+replays the base policy's own deterministic chunk (its `forward`).
 
 `variant: na` is DSRL-NA (noise aliasing; the paper's code, `stable_baselines3/dsrl/dsrl.py`, and its README's
 preferred variant), `DSRLNA` below: the TD critic Q^A(s, a) is on the real action chunk a = pi_dp(s, w) (recomputed
@@ -164,10 +166,15 @@ class DSRLConfig:
     eval_every: int = 0             # decisions (all envs) between evaluations; 0: none
     variant: str = "sac"            # sac (DSRL-SAC) | na (DSRL-NA, noise aliasing)
     noise_critic_steps: int = 1     # DSRL-NA: noise-critic distillation steps per critic update (paper: 10)
+    warmup: str = "base"            # before learning_starts: base (the base policy, noise ~ N(0, I) clipped to the
+    #                                 magnitude: the paper's init_rollout_steps) | uniform (uniform latent actions)
+    eval_deterministic: bool = False  # evaluate tanh(mean) latents; the paper's default evaluates sampled latents
 
     def __post_init__(self) -> None:
         if self.variant not in ("sac", "na"):
             raise ConfigError(f"DSRL variant must be 'sac' or 'na', got {self.variant!r}")
+        if self.warmup not in ("base", "uniform"):
+            raise ConfigError(f"DSRL warmup must be 'base' or 'uniform', got {self.warmup!r}")
         if self.noise_critic_steps < 1:
             raise ConfigError(f"DSRL noise_critic_steps must be >= 1, got {self.noise_critic_steps}")
 
@@ -190,6 +197,19 @@ def dsrl_runner(base: FlowPolicy | DiffusionPolicy, env: Any, eval_env: Any | No
     config = {"algo": {"name": "dsrl", **dataclasses.asdict(sac), **dataclasses.asdict(cfg)},
               "env": noise_env.cfg, "seed": seed}
     task = env.cfg.get("task") if isinstance(env.cfg, dict) else None
+    warmup = base_policy_latents(noise_env.num_actions, cfg.magnitude) if cfg.warmup == "base" else None
     return OffPolicyRunner(noise_env, algo, run_dir, config, seed=seed, progress=progress,
                            steps_per_iteration=cfg.steps_per_iteration, eval_env=eval_noise_env,
-                           eval_every=cfg.eval_every, reference=task_reference(task) if task else None)
+                           eval_every=cfg.eval_every, reference=task_reference(task) if task else None,
+                           warmup_actions=warmup, eval_deterministic=cfg.eval_deterministic)
+
+
+def base_policy_latents(num_actions: int, magnitude: float) -> Any:
+    """Latent actions that replay the base policy: noise x_T ~ N(0, I) as the base samples it, clipped to the
+    magnitude and expressed in latent units (x_T / magnitude). DSRL's warm-up collects these before SAC learns."""
+
+    def draw(num_envs: int, generator: torch.Generator) -> torch.Tensor:
+        noise = torch.randn(num_envs, num_actions, generator=generator)
+        return (noise / magnitude).clamp(-1.0, 1.0)
+
+    return draw

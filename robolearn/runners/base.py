@@ -121,10 +121,12 @@ class RunnerBase:
 
 
 @torch.no_grad()
-def evaluate_policy(env: Any, algo: Any, seed: int, reference: tuple[float, float] | None) -> dict[str, float]:
-    """Mean return of `algo`'s deterministic policy over one whole episode per env of `env`, re-seeded with `seed`
-    first (callers derive it from their step counter, so a resumed run evaluates on the same starts), and the
-    normalised score 100 * (R - random) / (reference - random) when `reference` = (random, reference) is known."""
+def evaluate_policy(env: Any, algo: Any, seed: int, reference: tuple[float, float] | None,
+                    deterministic: bool = True) -> dict[str, float]:
+    """Mean return of `algo`'s deterministic policy (sampled with `deterministic=False`, from a generator seeded
+    with `seed`) over one whole episode per env of `env`, re-seeded with `seed` first (callers derive it from their
+    step counter, so a resumed run evaluates on the same starts), and the normalised score 100 * (R - random) /
+    (reference - random) when `reference` = (random, reference) is known."""
     start = time.perf_counter()
     env.reset(seed=seed)
     obs = env.get_observations()
@@ -132,8 +134,10 @@ def evaluate_policy(env: Any, algo: Any, seed: int, reference: tuple[float, floa
     total = torch.zeros(n, dtype=torch.float64)
     running = torch.ones(n, dtype=torch.bool)
     successes, finished = 0.0, 0
+    generator = None if deterministic else torch.Generator().manual_seed(seed)
     while bool(running.any()):
-        obs, rewards, dones, extras = env.step(algo.act(obs, deterministic=True).to(env.device))
+        act = algo.act(obs, deterministic=True) if deterministic else algo.act(obs, False, generator)
+        obs, rewards, dones, extras = env.step(act.to(env.device))
         total += rewards.double().cpu() * running
         ended = running & dones.bool().cpu()
         rate = float(extras.get("log", {}).get("episode/success", float("nan")))  # mean over episodes ending now

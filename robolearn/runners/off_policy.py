@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -155,12 +155,17 @@ class OffPolicyRunner(RunnerBase):
     def __init__(self, env: Any, algo: SAC, run_dir: str | Path, config: dict[str, Any], seed: int = 0,
                  progress: bool = True, steps_per_iteration: int = OffPolicyRunConfig.steps_per_iteration,
                  offline: ReplayBuffer | None = None, eval_env: Any = None, eval_every: int = 0,
-                 reference: tuple[float, float] | None = None):
-        """`eval_env`: a separate VecEnv on which the deterministic policy plays one episode per env every
-        `eval_every` env steps (and before the first step, so a fine-tuning run logs where it starts), logging
-        `eval/return` and, with `reference` = (random, reference) returns, `eval/normalized_score`."""
+                 reference: tuple[float, float] | None = None,
+                 warmup_actions: Callable[[int, torch.Generator], torch.Tensor] | None = None,
+                 eval_deterministic: bool = True):
+        """`eval_env`: a separate VecEnv on which the deterministic policy (the sampled one with
+        `eval_deterministic=False`) plays one episode per env every `eval_every` env steps (and before the first
+        step, so a fine-tuning run logs where it starts), logging `eval/return` and, with `reference` = (random,
+        reference) returns, `eval/normalized_score`. `warmup_actions(num_envs, generator)`: the actions before
+        `learning_starts` (default: uniform when `random_warmup`, else the actor's; DSRL plays its base policy)."""
         super().__init__(env, run_dir, config, seed, algo.device, progress)
         self.steps_per_iteration = steps_per_iteration
+        self.warmup_actions, self.eval_deterministic = warmup_actions, eval_deterministic
         self.eval_env, self.eval_every, self.reference, self.seed = eval_env, eval_every, reference, seed
         if eval_every < 0 or (eval_every and eval_env is None):
             raise ConfigError("eval_every must be >= 0, and an evaluation needs eval_env")
@@ -223,7 +228,9 @@ class OffPolicyRunner(RunnerBase):
         stats = Means()  # env log floats and the learner's 0-d tensors (synced once, at the end)
         update_s, updates = 0.0, 0
         for _ in range(self.steps_per_iteration):
-            if self.env_steps < cfg.learning_starts and cfg.random_warmup:
+            if self.env_steps < cfg.learning_starts and self.warmup_actions is not None:
+                actions = self.warmup_actions(self.env.num_envs, self.generator).to(self.device)
+            elif self.env_steps < cfg.learning_starts and cfg.random_warmup:
                 actions = torch.rand(self.env.num_envs, self.env.num_actions, generator=self.generator,
                                      device=self.device) * 2 - 1
             else:
@@ -247,8 +254,9 @@ class OffPolicyRunner(RunnerBase):
         return obs, stats.means(), update_s, updates
 
     def evaluate(self) -> dict[str, float]:
-        """The deterministic policy on the evaluation envs (`evaluate_policy`), seeded by env step."""
-        return evaluate_policy(self.eval_env, self.algo, self.seed + 1 + self.env_steps, self.reference)
+        """The deterministic (or sampled) policy on the evaluation envs (`evaluate_policy`), seeded by env step."""
+        return evaluate_policy(self.eval_env, self.algo, self.seed + 1 + self.env_steps, self.reference,
+                               self.eval_deterministic)
 
     # --- checkpoints ---------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
