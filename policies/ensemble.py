@@ -122,10 +122,19 @@ class TanhGaussianActor(nn.Module):
                noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterised sample and its log-probability [B]; `noise` (standard normal [B, A]) if given."""
         mean, log_std = self._stats(obs)
-        std = log_std.exp()
         if noise is None:
             noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
-        pre = mean + std * noise
+        return self._squash(mean, log_std, noise)
+
+    def sample_many(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """n samples per observation: obs [B, D], standard normal noise [B, n, A] -> actions [B, n, A], log-probs
+        [B, n]. The network runs once per observation (CQL draws 10 actions at each state), not once per sample."""
+        mean, log_std = self._stats(obs)
+        return self._squash(mean.unsqueeze(1), log_std.unsqueeze(1), noise)
+
+    @staticmethod
+    def _squash(mean: torch.Tensor, log_std: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pre = mean + log_std.exp() * noise
         action = torch.tanh(pre)
         # log N(pre) - sum log(1 - tanh(pre)^2), the latter written stably as 2 (log 2 - pre - softplus(-2 pre)).
         log_prob = (-0.5 * noise**2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)

@@ -292,6 +292,9 @@ def _worker_setup() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
+    from robolearn.cpu import tune_allocator
+
+    tune_allocator()
     torch.set_num_threads(1)
 
 

@@ -30,6 +30,7 @@ import importlib
 import sys
 from typing import Any
 
+from robolearn.cpu import tune_allocator
 from robolearn.errors import ConfigError, RobolearnError
 
 
@@ -111,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nusage: robolearn {{{','.join(COMMANDS)}}} [key=value ...]   (robolearn <command> --help)")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
     name, args = argv[0], argv[1:]
+    tune_allocator()
     try:
         if any(a in ("-h", "--help") for a in args):
             from robolearn.config import help_text

@@ -104,6 +104,29 @@ def test_tanh_gaussian_log_prob_matches_change_of_variables():
     torch.testing.assert_close(logp, ref, atol=2e-3, rtol=1e-3)
 
 
+def test_sample_many_equals_sampling_each_repeated_observation():
+    torch.manual_seed(0)
+    actor = TanhGaussianActor(5, 3, hidden=(16,))
+    obs, noise = torch.randn(4, 5), torch.randn(4, 7, 3)
+    many, logp_many = actor.sample_many(obs, noise)
+    each, logp_each = actor.sample(obs.repeat_interleave(7, 0), noise=noise.reshape(28, 3))
+    assert many.shape == (4, 7, 3) and logp_many.shape == (4, 7)
+    torch.testing.assert_close(many, each.view(4, 7, 3))
+    torch.testing.assert_close(logp_many, logp_each.view(4, 7))
+
+
+def test_tune_allocator_sets_glibc_thresholds_once_and_can_be_turned_off():
+    import subprocess
+    import sys
+
+    code = "from robolearn.cpu import tune_allocator as t; print(t(), t())"
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "ROBOLEARN_MALLOC": "default"}).stdout.split()
+    assert on == (["True", "True"] if sys.platform.startswith("linux") else ["False", "False"])
+    assert off == ["False", "False"]
+
+
 def test_target_subset_with_and_without_replacement():
     gen = torch.Generator().manual_seed(0)
     draws = [subset_indices(10, 2, False, gen, torch.device("cpu")) for _ in range(500)]

@@ -146,12 +146,6 @@ class CQL(OfflineAlgo):
         return {"target": target, "random": random, "current": normal(b, n, a), "next": normal(b, n, a),
                 "actor": normal(b, a), "subset": subset}
 
-    def _sample_many(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """pi's samples [B, n, A] at each of obs [B, D] from noise [B, n, A], with their log-probs [B, n]."""
-        b, n, a = noise.shape
-        actions, logp = self.actor.sample(obs.repeat_interleave(n, 0), noise=noise.reshape(b * n, a))
-        return actions.view(b, n, a), logp.view(b, n)
-
     @staticmethod
     def _q_many(critic: QEnsemble, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """[E, B, n] every critic at (s_b, actions[b, k]) for obs [B, D] and actions [B, n, A], in one pass."""
@@ -165,7 +159,7 @@ class CQL(OfflineAlgo):
         the min over the target critics in `subset` (all when None)."""
         next_obs = batch["next_obs"]["policy"]
         if self.cfg.cql_max_target_backup:
-            next_actions, next_logp = self._sample_many(next_obs, noise)
+            next_actions, next_logp = self.actor.sample_many(next_obs, noise)
             q = self._q_many(self.critic_target, next_obs, next_actions)
             next_q, best = (q if subset is None else q[subset]).min(0).values.max(-1)
             next_logp = next_logp.gather(-1, best.unsqueeze(-1)).squeeze(-1)
@@ -192,8 +186,8 @@ class CQL(OfflineAlgo):
         td_loss = ((q - target) ** 2).mean(-1).sum()                      # the sum of each critic's MSE
 
         with torch.no_grad():
-            current, current_logp = self._sample_many(obs, draws["current"])
-            nxt, next_logp = self._sample_many(batch["next_obs"]["policy"], draws["next"])
+            current, current_logp = self.actor.sample_many(obs, draws["current"])
+            nxt, next_logp = self.actor.sample_many(batch["next_obs"]["policy"], draws["next"])
         n = cfg.cql_n_actions
         q_all = self._q_many(self.critic, obs, torch.cat([draws["random"], nxt, current], 1))  # [E, B, 3n]
         q_random, q_next, q_current = q_all.split(n, -1)
