@@ -273,10 +273,14 @@ def d3rlpy_worker() -> None:
 class D3rlpyWorker:
     """The d3rlpy process: `send` a command, `recv` its reply (or `__call__` for both)."""
 
-    def __init__(self, python: str, log: Path) -> None:
+    def __init__(self, python: str, log: Path, malloc_tuned: bool = False) -> None:
         self.log = log
         self._log_file = open(log, "w")  # noqa: SIM115 - closed in close()
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        if malloc_tuned:  # glibc reads the same thresholds robolearn.cpu sets from these variables
+            from robolearn.cpu import MMAP_BYTES, TRIM_BYTES
+
+            env.update(MALLOC_MMAP_THRESHOLD_=str(MMAP_BYTES), MALLOC_TRIM_THRESHOLD_=str(TRIM_BYTES))
         self.proc = subprocess.Popen([python, str(Path(__file__).resolve()), "--d3rlpy-worker"], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log_file, text=True)
 
@@ -519,6 +523,10 @@ def main() -> None:
     ap.add_argument("--eval-episodes", type=int, default=10)
     ap.add_argument("--eval-seed", type=int, default=1000)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--d3rlpy-malloc-tuned", action="store_true",
+                    help="give d3rlpy's process the glibc malloc thresholds robolearn sets for itself (robolearn.cpu)")
+    ap.add_argument("--robolearn-malloc-default", action="store_true",
+                    help="leave robolearn's process on glibc's default malloc thresholds")
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--skip-scores", action="store_true")
     ap.add_argument("--d3rlpy-python", default=os.environ.get("D3RLPY_PYTHON"),
@@ -535,6 +543,10 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find the benchmarks package
     single_thread()
     import importlib.metadata
+
+    from robolearn.cpu import tune_allocator
+
+    malloc_tuned = False if args.robolearn_malloc_default else tune_allocator()
 
     import torch
 
@@ -555,7 +567,7 @@ def main() -> None:
           f"load average {loadavg['start'][0]:.2f}", flush=True)
 
     workdir = Path(tempfile.mkdtemp(prefix="offline_vs_d3rlpy."))
-    worker = D3rlpyWorker(args.d3rlpy_python, workdir / "d3rlpy_worker.log")
+    worker = D3rlpyWorker(args.d3rlpy_python, workdir / "d3rlpy_worker.log", args.d3rlpy_malloc_tuned)
     fields: dict[str, Any] = {}
     peaks: list[dict] = []
     try:
@@ -594,6 +606,7 @@ def main() -> None:
     fields = {
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                      if k not in ("d3rlpy_worker", "out")},
+        "malloc": {"robolearn_tuned": malloc_tuned, "d3rlpy_tuned": args.d3rlpy_malloc_tuned},
         "dataset": {"path": args.dataset, "task": task, "episodes": int(data.num_episodes), "transitions": n,
                     "obs_dim": dims[0], "act_dim": dims[1], "kind": data.metadata.get("kind"),
                     "return_mean": data.metadata.get("return_mean"), "ref_min_score": ref[0] if ref else None,

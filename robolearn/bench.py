@@ -179,12 +179,13 @@ def load_suite(path: str | Path) -> Suite:
 
 
 def plan(suite: Suite, out: Path, overrides: Sequence[str] = ()) -> list[Cell]:
-    """Every cell of the suite, algorithm-major."""
+    """Every cell of the suite, seed-major: an interrupted run has every algorithm on every dataset for its first
+    seeds, a comparison already, rather than some algorithms only."""
     out = out.resolve()
     cells = []
-    for algo in suite.algos:
+    for seed in suite.seeds:
         for data in suite.datasets:
-            for seed in suite.seeds:
+            for algo in suite.algos:
                 cell_id = f"{algo.name}__{data.name}__seed{seed}"
                 args = ["video=false", *suite.overrides, *algo.overrides, *data.overrides, *overrides,
                         f"seed={seed}", "progress=false"]
