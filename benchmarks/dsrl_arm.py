@@ -37,6 +37,9 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--demos", type=int, default=100)
+    parser.add_argument("--demo-noise", type=float, default=0.0,
+                        help="Gaussian action noise of the scripted demonstrations (diverse data: a base whose noise "
+                             "selects among behaviours, what DSRL steers)")
     parser.add_argument("--bc-steps", type=int, default=6000)
     parser.add_argument("--chunk", type=int, default=5)
     parser.add_argument("--num-envs", type=int, default=16)
@@ -57,10 +60,11 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     began = time.perf_counter()
-    data = demonstrations(args.demos, args.seed)
+    data = demonstrations(args.demos, args.seed, args.demo_noise)
     base, losses = train_chunk_bc(data, ChunkBCConfig(policy="diffusion", chunk=args.chunk, num_steps=10,
                                                       hidden=(256, 256), steps=args.bc_steps, seed=args.seed))
-    bc = {"demos": args.demos, "bc_steps": args.bc_steps, "bc_loss": losses[-1], "bc_s": time.perf_counter() - began}
+    bc = {"demos": args.demos, "demo_noise": args.demo_noise, "demo_return": data.metadata["return_mean"],
+          "bc_steps": args.bc_steps, "bc_loss": losses[-1], "bc_s": time.perf_counter() - began}
     env = sim.make(TASK, num_envs=args.num_envs, seed=args.seed + 1, nthread=1)
     eval_env = sim.make(TASK, num_envs=100, seed=args.seed + 2, nthread=1)
     sac = SACConfig(utd_ratio=args.utd, learning_starts=args.warmup, random_warmup=args.warmup_policy == "uniform",

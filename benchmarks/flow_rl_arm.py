@@ -27,14 +27,14 @@ OUT = Path(__file__).parent / "results"
 TASK = "arm-push"
 
 
-def demonstrations(episodes: int, seed: int) -> object:
-    """`episodes` noise-free episodes of the task's scripted reference controller (the BC data of both arm
-    benchmarks)."""
+def demonstrations(episodes: int, seed: int, noise: float = 0.0) -> object:
+    """`episodes` episodes of the task's scripted reference controller (the BC data of both arm benchmarks),
+    noise-free unless `noise` (Gaussian action noise of that std: diverse demonstrations)."""
     from robolearn.collect import CollectConfig, collect
     from robolearn.config import EnvConfig
 
     return collect(CollectConfig(env=EnvConfig(name=TASK, num_envs=min(episodes, 50)), kind="expert",
-                                 policy="reference", episodes=episodes, seed=seed, progress=False,
+                                 policy="reference", episodes=episodes, seed=seed, progress=False, noise=noise,
                                  ref_min_score=0.0, ref_max_score=1.0))
 
 
