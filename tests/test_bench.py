@@ -192,7 +192,14 @@ def test_aggregates_match_hand_computed_values(tmp_path):
 
 
 def test_suites_compose_and_bad_suites_are_errors(tmp_path):
-    for name in ("smoke", "prior-data", "offline-locomotion"):
+    from robolearn.finetune import load_config
+
+    o2o = load_suite(suite_path("o2o"))  # command: finetune; every method x dataset composes as a finetune run
+    assert o2o.command == "finetune" and {a.name for a in o2o.algos} == {"wsrl", "ro2o", "calql", "rlpd", "sac"}
+    for cell in plan(o2o, tmp_path / "o2o")[: len(o2o.algos) * len(o2o.datasets)]:
+        cfg = load_config(cell.train_args())
+        assert cfg.algo == cell.algo and cfg.dataset == cell.dataset and cfg.online_steps == 250_000
+    for name in ("smoke", "prior-data", "offline-locomotion", "offline-fidelity"):
         suite = load_suite(suite_path(name))
         cells = plan(suite, tmp_path / name)
         assert len(cells) == len(suite.algos) * len(suite.datasets) * len(suite.seeds)
