@@ -52,6 +52,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1500)      # decisions of uniform noise before learning
     parser.add_argument("--target-entropy-scale", type=float, default=0.0)  # the paper's target_ent 0
     parser.add_argument("--gamma", type=float, default=0.99)    # per chunk decision
+    parser.add_argument("--init-temperature", type=float, default=1.0,
+                        help="SAC's initial temperature (1.0 as SB3's auto entropy; with target entropy 0 and a low "
+                             "UTD a high one keeps the latent policy near-uniform over the box for thousands of "
+                             "decisions)")
     parser.add_argument("--warmup-policy", default="base", choices=["base", "uniform"])
     parser.add_argument("--eval-deterministic", action="store_true")  # default: sampled latents, as the paper
     parser.add_argument("--seed", type=int, default=0)
@@ -69,7 +73,8 @@ def main() -> None:
     eval_env = sim.make(TASK, num_envs=100, seed=args.seed + 2, nthread=1)
     sac = SACConfig(utd_ratio=args.utd, learning_starts=args.warmup, random_warmup=args.warmup_policy == "uniform",
                     critic_layer_norm=True,
-                    target_entropy_scale=args.target_entropy_scale, gamma=args.gamma)
+                    target_entropy_scale=args.target_entropy_scale, gamma=args.gamma,
+                    init_temperature=args.init_temperature)
     run_dir = Path(tempfile.mkdtemp(prefix="dsrl-"))
     decisions = env.max_episode_length // args.chunk
     cfg = DSRLConfig(args.magnitude, decisions, args.eval_every, args.variant, args.noise_critic_steps,
