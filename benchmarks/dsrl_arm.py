@@ -49,7 +49,7 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=2400)  # decisions (all envs)
     parser.add_argument("--variant", default="na", choices=["sac", "na"])
     parser.add_argument("--noise-critic-steps", type=int, default=1)
-    parser.add_argument("--warmup", type=int, default=1500)      # decisions of uniform noise before learning
+    parser.add_argument("--warmup", type=int, default=1500)      # warm-up decisions (--warmup-policy) first
     parser.add_argument("--target-entropy-scale", type=float, default=0.0)  # the paper's target_ent 0
     parser.add_argument("--gamma", type=float, default=0.99)    # per chunk decision
     parser.add_argument("--init-temperature", type=float, default=1.0,
@@ -90,8 +90,7 @@ def main() -> None:
                "best_success": max(c["success"] for c in curve), "env_steps": curve[-1]["env_steps"],
                "wall_s": curve[-1]["wall_s"], "updates": runner.updates}
     result = {"machine": machine_info(), "task": TASK, "config": vars(args), "bc": bc, "base_success": base_success,
-              "summary": summary,
-              "curve": curve}
+              "summary": summary, "curve": curve}
     print(json.dumps({"bc": bc, "base_success": base_success, "summary": summary}, indent=1))
     Path(args.out).parent.mkdir(exist_ok=True)
     Path(args.out + ".json").write_text(json.dumps(result, indent=1))

@@ -116,13 +116,14 @@ def test_sample_many_equals_sampling_each_repeated_observation():
 
 
 def test_tune_allocator_sets_glibc_thresholds_once_and_can_be_turned_off():
+    import os
     import subprocess
     import sys
 
     code = "from robolearn.cpu import tune_allocator as t; print(t(), t())"
     on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**__import__("os").environ, "ROBOLEARN_MALLOC": "default"}).stdout.split()
+                         env={**os.environ, "ROBOLEARN_MALLOC": "default"}).stdout.split()
     assert on == (["True", "True"] if sys.platform.startswith("linux") else ["False", "False"])
     assert off == ["False", "False"]
 
