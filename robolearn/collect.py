@@ -111,7 +111,8 @@ class CollectConfig:
 def rollout(env: Any, actor: Actor, episodes: int, progress: bool = False,
             label: str = "collect") -> list[dict[str, Any]]:
     """``episodes`` whole episodes of ``actor`` over the batched ``env`` (started episodes past the count are
-    discarded, so none is cut short): a list of episode mappings for `Dataset.from_episodes`."""
+    discarded, so none is cut short): a list of episode mappings for `Dataset.from_episodes`. Actions are
+    recorded as the env applies them, clipped to [-1, 1]."""
     n = env.num_envs
     obs = env.reset()
     steps: list[dict[str, Any]] = []  # per step: obs groups [n, ...], action, reward, terminated, time_out, final
@@ -120,7 +121,9 @@ def rollout(env: Any, actor: Actor, episodes: int, progress: bool = False,
     out: list[dict[str, Any]] = []
     bar = _progress(episodes, label) if progress else None
     while done_count < episodes:
-        actions = actor(obs)
+        # the box the sims apply: a sampled Gaussian policy's raw draws (|a| up to ~18) would otherwise be recorded,
+        # actions no tanh actor can reproduce and no critic should be fitted on
+        actions = actor(obs).clamp(-1.0, 1.0)
         next_obs, rewards, dones, extras = env.step(actions)
         time_outs = extras["time_outs"].bool().cpu().numpy()
         dones_np = dones.bool().cpu().numpy()

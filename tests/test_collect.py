@@ -72,3 +72,20 @@ def test_full_replay_is_the_runs_replay_buffer(tmp_path):
     assert data.metadata["task"] == "pendulum-swingup" and data.metadata["partial_first"] is False
     with pytest.raises(RobolearnError, match="no config.json"):
         collect(CollectConfig(kind="full-replay", policy=str(tmp_path / "run")))
+
+
+def test_rollout_records_the_actions_the_env_applies():
+    """A behaviour whose raw actions leave the box (a sampled Gaussian policy's) is recorded clipped to [-1, 1]:
+    the sim applies exactly that, and offline learners' tanh actors can reproduce nothing else."""
+    import dataclasses
+
+    import torch
+
+    from robolearn.collect import rollout
+    from robolearn.config import make_env
+
+    env_cfg = EnvConfig("cartpole-balance", num_envs=2, backend="mujoco", overrides={"episode_length": 5})
+    env = make_env(dataclasses.asdict(env_cfg), seed=0)
+    eps = rollout(env, lambda obs: torch.tensor([[6.0], [-0.5]]), episodes=2)
+    actions = np.concatenate([ep["actions"] for ep in eps])
+    assert set(np.unique(actions).tolist()) == {-0.5, 1.0}

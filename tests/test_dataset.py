@@ -102,3 +102,19 @@ def test_load_checks_values_on_request(tmp_path):
     assert Dataset.load(folder).num_steps == data.num_steps  # shapes and dtypes still match the index
     with pytest.raises(DatasetError, match=r"rewards has NaN or inf \(row 3\)"):
         Dataset.load(folder, check_values=True)
+
+
+def test_replay_buffer_clips_actions_to_the_box(capsys):
+    """A dataset that recorded raw Gaussian draws (|a| > 1) enters a learner's buffer clipped to [-1, 1], the
+    actions the sims applied, with a note; in-box actions pass unchanged."""
+    import torch
+
+    from robolearn.data.dataset import to_replay_buffer
+
+    eps = episodes()
+    eps[1]["actions"] = np.full_like(eps[1]["actions"], 7.5)
+    eps[2]["actions"] = np.full_like(eps[2]["actions"], -0.25)
+    buffer = to_replay_buffer(Dataset.from_episodes(eps))
+    assert "5 of 15 action entries lie outside [-1, 1] (up to 7.5); clipped" in capsys.readouterr().out
+    actions = buffer.sample(256, torch.Generator().manual_seed(0))["actions"]
+    assert float(actions.abs().max()) == 1.0 and (actions == -0.25).any() and (actions == 0.0).any()

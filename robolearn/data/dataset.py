@@ -345,7 +345,11 @@ def to_replay_buffer(dataset: Dataset, groups: Iterable[str] = (DEFAULT_GROUP,),
                      n_step: int = 1, gamma: float = 0.99, extras: dict[str, Any] | None = None) -> Any:
     """A `robolearn.buffers.ReplayBuffer` holding every transition, with the observation ``groups`` given
     (n-step returns stop at terminations and bootstrap at time-outs, as the buffer does for online data);
-    ``extras``: per-transition tensors [N, ...] each sample carries too (e.g. Monte-Carlo returns)."""
+    ``extras``: per-transition tensors [N, ...] each sample carries too (e.g. Monte-Carlo returns).
+
+    Actions are clipped to [-1, 1], the box every robolearn actor outputs and the sims apply (a dataset that
+    recorded a Gaussian policy's raw draws holds actions far outside it, on which critics extrapolate wildly);
+    a note says how many were clipped."""
     import torch
 
     from robolearn.buffers import ReplayBuffer
@@ -353,6 +357,11 @@ def to_replay_buffer(dataset: Dataset, groups: Iterable[str] = (DEFAULT_GROUP,),
     groups = list(groups)
     flats = {g: dataset.transitions(g).arrays() for g in groups}
     first = flats[groups[0]]
+    outside = int((np.abs(first["actions"]) > 1.0).sum())
+    if outside:
+        print(f"note: {dataset.source}: {outside} of {first['actions'].size} action entries lie outside [-1, 1] "
+              f"(up to {float(np.abs(first['actions']).max()):.3g}); clipped to it, as the sims apply them")
+        first["actions"] = np.clip(first["actions"], -1.0, 1.0)
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
     return ReplayBuffer.from_transitions(
         {g: t(f["obs"]) for g, f in flats.items()}, t(first["actions"]), t(first["rewards"]),
