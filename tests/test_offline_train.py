@@ -31,10 +31,11 @@ def rows(run_dir):
 
 
 def test_bc_learns_and_writes_the_online_outputs(dataset, tmp_path):
-    """BC on noisy expert data scores near the expert, with env= taken from the dataset's task."""
+    """BC on noisy expert data scores near the expert, with env= taken from the dataset's task (progress bar on,
+    as `robolearn train` runs by default)."""
     run = tmp_path / "bc"
     assert main(["train", "algo=bc", f"dataset={dataset}", "+env.overrides.episode_length=200", f"run_dir={run}",
-                 "algo.gradient_steps=400", *SHORT]) == 0
+                 "algo.gradient_steps=400", *SHORT[:-1], "progress=true"]) == 0  # the default's progress bar too
     metrics = rows(run)
     assert [r["gradient_steps"] for r in metrics] == list(range(20, 420, 20))
     evals = [r for r in metrics if "eval/return" in r]

@@ -221,12 +221,22 @@ class ProgressBar:
         self.progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                                  TextColumn("{task.fields[info]}"), TimeRemainingColumn())
         self.task = self.progress.add_task("train", total=total, completed=done, info="")
+        self.last_eval = "score -"  # offline runs: the latest evaluation, shown until the next
         self.progress.start()
 
     def update(self, row: dict[str, Any]) -> None:
-        ret = row["mean_return"]
-        info = (f"steps {row['env_steps']:,}  {row['env_steps_per_s']:,.0f}/s  "
-                f"return {'-' if ret is None else f'{ret:.1f}'}")
+        """Online rows: env-steps, their rate and the mean training return; offline rows (`gradient_steps`, no
+        env-steps): gradient steps, their rate and the last evaluation's score (normalised where known)."""
+        if "gradient_steps" in row:
+            if "eval/return" in row:
+                score = row.get("eval/normalized_score")
+                self.last_eval = f"score {score:.1f}" if score is not None else f"return {row['eval/return']:.1f}"
+            info = (f"gradient steps {row['gradient_steps']:,}  {row['updates_per_s']:,.0f}/s  "
+                    f"{self.last_eval}")
+        else:
+            ret = row["mean_return"]
+            info = (f"steps {row['env_steps']:,}  {row['env_steps_per_s']:,.0f}/s  "
+                    f"return {'-' if ret is None else f'{ret:.1f}'}")
         self.progress.update(self.task, completed=row["iteration"], info=info)
 
     def close(self) -> None:
