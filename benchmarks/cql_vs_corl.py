@@ -61,7 +61,7 @@ def load_corl(path: str, hidden: int) -> types.ModuleType:
 def corl_side(corl: types.ModuleType, batches: tuple[torch.Tensor, ...], norm: tuple[torch.Tensor, torch.Tensor],
               gen: torch.Generator):
     """CORL's ContinuousCQL with its halfcheetah config on normalised `batches` (obs, actions, rewards, next obs,
-    dones): one-step and act functions."""
+    dones): a one-step function and the policy (`act`, as `evaluate_policy` calls it)."""
     obs, acts = batches[0], batches[1]
     sd, ad = obs.shape[1], acts.shape[1]
     c1, c2 = corl.FullyConnectedQFunction(sd, ad, True, 3), corl.FullyConnectedQFunction(sd, ad, True)
@@ -77,14 +77,15 @@ def corl_side(corl: types.ModuleType, batches: tuple[torch.Tensor, ...], norm: t
         return {"q_data": log["average_qf1"], "gap": log["cql_qf1_diff"], "log_pi": log["log_pi"],
                 "alpha": log["alpha"]}
 
-    def act(o: torch.Tensor) -> torch.Tensor:
-        return actor((o - norm[0]) / norm[1], deterministic=True)[0]
+    def act(obs: dict[str, torch.Tensor], deterministic: bool = True) -> torch.Tensor:
+        return actor((obs["policy"] - norm[0]) / norm[1], deterministic=True)[0]
 
-    return step, act
+    return step, types.SimpleNamespace(act=act)  # what `evaluate_policy` calls
 
 
 def robolearn_side(data, hidden: int, scale: float, gen: torch.Generator):
-    """robolearn's CQL (configs/algo/cql.yaml's values) with `hidden`-wide layers: one-step and act functions."""
+    """robolearn's CQL (configs/algo/cql.yaml's values) with `hidden`-wide layers: a one-step function and
+    the algorithm (its own `act`)."""
     from robolearn.algos.cql import CQL, CQLConfig
     from robolearn.data.dataset import to_replay_buffer
 
@@ -99,24 +100,7 @@ def robolearn_side(data, hidden: int, scale: float, gen: torch.Generator):
         return {"q_data": float(s["q_mean"]), "gap": float(s["cql_gap"]), "log_pi": -float(s["entropy"]),
                 "alpha": float(s["alpha"])}
 
-    def act(o: torch.Tensor) -> torch.Tensor:
-        return algo.act({"policy": o}, deterministic=True)
-
-    return step, act
-
-
-def evaluate(act, env, reference: tuple[float, float], episodes: int) -> float:
-    """Normalised mean return of the deterministic `act(obs [N, D]) -> actions` over one episode per env."""
-    env.reset(seed=1000)
-    obs, total = env.get_observations(), torch.zeros(episodes)
-    running = torch.ones(episodes, dtype=torch.bool)
-    while bool(running.any()):
-        with torch.no_grad():
-            obs, rewards, dones, _ = env.step(act(obs["policy"]))
-        total += rewards.float().cpu() * running
-        running &= ~dones.bool().cpu()
-    lo, hi = reference
-    return 100.0 * (float(total.mean()) - lo) / (hi - lo)
+    return step, algo
 
 
 def main() -> None:
@@ -135,6 +119,7 @@ def main() -> None:
 
     from robolearn.config import EnvConfig, make_env
     from robolearn.data.dataset import Dataset
+    from robolearn.runners.base import evaluate_policy
 
     data = Dataset.load(args.dataset)
     flat = data.transitions("policy").arrays()
@@ -156,9 +141,9 @@ def main() -> None:
             torch.manual_seed(args.seed)
             gen = torch.Generator().manual_seed(args.seed)
             if side == "corl":
-                step, act = corl_side(corl, batches, (state_mean, state_std), gen)
+                step, policy = corl_side(corl, batches, (state_mean, state_std), gen)
             else:
-                step, act = robolearn_side(data, args.hidden, scale, gen)
+                step, policy = robolearn_side(data, args.hidden, scale, gen)
             rows, start = [], time.perf_counter()
             acc: dict[str, list[float]] = {}
             for it in range(1, args.steps + 1):
@@ -168,7 +153,7 @@ def main() -> None:
                     row = {"step": it, **{k: round(float(np.mean(v)), 3) for k, v in acc.items()}}
                     acc = {}
                     if it % args.eval_every == 0:
-                        row["score"] = round(evaluate(act, env, reference, 10), 2)
+                        row["score"] = round(evaluate_policy(env, policy, 1000, reference)["eval/normalized_score"], 2)
                     rows.append(row)
                     print(side, scale, json.dumps(row), flush=True)
             runs.append({"side": side, "reward_scale": scale, "seconds": round(time.perf_counter() - start, 1),

@@ -173,7 +173,7 @@ def random_actor(env: Any, seed: int) -> Actor:
 def policy_actor(path: str, env: Any, seed: int, noise: float = 0.0) -> Actor:
     """A checkpoint's stochastic policy (D4RL sampled its behaviour policies, it did not take their mean), or
     ``"reference"``: the task's reference controller (scripted; or its registered checkpoint, sampled). With
-    ``noise`` > 0, N(0, noise^2) is added to every action, clipped to [-1, 1]."""
+    ``noise`` > 0, N(0, noise^2) is added to every action (`rollout` clips to [-1, 1])."""
     from robolearn.policy_io import Policy, load_policy
 
     if path == "reference":
@@ -197,7 +197,7 @@ def policy_actor(path: str, env: Any, seed: int, noise: float = 0.0) -> Actor:
 
     def noisy(obs: Any) -> torch.Tensor:
         actions = policy(obs)
-        return (actions + noise * torch.randn(actions.shape, generator=gen).to(actions.device)).clamp(-1.0, 1.0)
+        return actions + noise * torch.randn(actions.shape, generator=gen).to(actions.device)  # `rollout` clips
 
     return noisy
 
