@@ -58,6 +58,12 @@ def main() -> None:
                              "decisions)")
     parser.add_argument("--warmup-policy", default="base", choices=["base", "uniform"])
     parser.add_argument("--eval-deterministic", action="store_true")  # default: sampled latents, as the paper
+    parser.add_argument("--sparse", action="store_true",
+                        help="the paper's reward: -1 per chunk decision, 0 at success, success terminal (the task's "
+                             "shaped=False + terminate_on_success=True, SAC's reward_bias=-1); default: the shaped "
+                             "reward of the BC benchmarks")
+    parser.add_argument("--critic-hidden", default="256,256", help="critic widths, comma-separated (paper: "
+                        "3x2048 robomimic, 3x128 gym)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(OUT / f"dsrl_{TASK}_cpu"))
     args = parser.parse_args()
@@ -69,10 +75,12 @@ def main() -> None:
                                                       hidden=(256, 256), steps=args.bc_steps, seed=args.seed))
     bc = {"demos": args.demos, "demo_noise": args.demo_noise, "demo_return": data.metadata["return_mean"],
           "bc_steps": args.bc_steps, "bc_loss": losses[-1], "bc_s": time.perf_counter() - began}
-    env = sim.make(TASK, num_envs=args.num_envs, seed=args.seed + 1, nthread=1)
-    eval_env = sim.make(TASK, num_envs=100, seed=args.seed + 2, nthread=1)
+    reward = {"shaped": False, "terminate_on_success": True} if args.sparse else {}
+    env = sim.make(TASK, num_envs=args.num_envs, seed=args.seed + 1, nthread=1, **reward)
+    eval_env = sim.make(TASK, num_envs=100, seed=args.seed + 2, nthread=1, **reward)
     sac = SACConfig(utd_ratio=args.utd, learning_starts=args.warmup, random_warmup=args.warmup_policy == "uniform",
-                    critic_layer_norm=True,
+                    critic_layer_norm=True, reward_bias=-1.0 if args.sparse else 0.0,
+                    critic_hidden=tuple(int(w) for w in args.critic_hidden.split(",")),
                     target_entropy_scale=args.target_entropy_scale, gamma=args.gamma,
                     init_temperature=args.init_temperature)
     run_dir = Path(tempfile.mkdtemp(prefix="dsrl-"))
