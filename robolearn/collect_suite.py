@@ -50,6 +50,9 @@ class TrainSpec:
     chunk: int = 40                 # iterations between evaluations
     eval_episodes: int = 10
     medium_score: float = 33.0      # normalised score the medium checkpoint must reach (D4RL: about 1/3 expert)
+    prior_data: str | None = None   # a kind of the same task (e.g. expert) whose dataset is mixed into the
+    #                                 training batches (`algo.offline_data`; RLPD / SERL style, for tasks SAC alone
+    #                                 does not learn in the budget); it is generated before the training run
 
 
 @dataclasses.dataclass
@@ -71,6 +74,10 @@ class TaskSuite:
         if any(k in TRAINED_KINDS for k in self.kinds) and self.train is None:
             raise ConfigError(f"suite task {self.task}: kinds {sorted(set(self.kinds) & set(TRAINED_KINDS))} need "
                               "a `train:` section (how to train the medium policy)")
+        prior = self.train.prior_data if self.train else None
+        if prior is not None and (prior not in self.kinds or prior in TRAINED_KINDS):
+            raise ConfigError(f"suite task {self.task}: train.prior_data={prior!r} must be one of this task's kinds "
+                              f"that need no training ({[k for k in self.kinds if k not in TRAINED_KINDS]})")
 
 
 def load_suite(name: str) -> tuple[str, dict[str, Any], list[TaskSuite]]:
@@ -98,8 +105,6 @@ def load_suite(name: str) -> tuple[str, dict[str, Any], list[TaskSuite]]:
 
 def run_suite(cfg: CollectConfig) -> Path:
     """Generate every dataset of suite `cfg.suite` under `cfg.out` (default data/<suite>); returns that folder."""
-    from robolearn.data.formats import save_dataset
-
     name, settings, tasks = load_suite(cfg.suite)
     out = Path(cfg.out or f"data/{name}")
     out.mkdir(parents=True, exist_ok=True)
@@ -108,42 +113,53 @@ def run_suite(cfg: CollectConfig) -> Path:
     seed = int(settings.get("seed", cfg.seed))
     fmt = settings.get("format", cfg.format)
     for t in tasks:
-        policies: dict[str, str] = {}
-        if any(k in TRAINED_KINDS for k in t.kinds):
-            policies = train_behaviour(t, out / "_train" / t.task, seed, record, cfg.progress)
-            write_json(record_path, record)
         lo, hi = _reference(t.task)  # every dataset of a task normalises by the registry's returns
-        for kind in t.kinds:
-            path = out / f"{t.task}-{kind}-v0"
-            if path.exists():
-                continue
-            policy = {"medium": policies.get("medium"), "medium-expert": policies.get("medium"),
-                      "medium-replay": policies.get("medium"), "full-replay": policies.get("full"),
-                      "expert": t.expert}.get(kind)
-            one = CollectConfig(env=EnvConfig(name=t.task, num_envs=t.num_envs), kind=kind, episodes=t.episodes,
-                                policy=policy, expert_policy=t.expert if kind == "medium-expert" else None,
-                                noise=t.noise if kind in ("expert", "diverse", "play") else 0.0,
-                                out=str(path), format=fmt, seed=seed, progress=cfg.progress,
-                                ref_min_score=lo, ref_max_score=hi)
-            began = time.perf_counter()
-            dataset = collect(one)
-            written = save_dataset(dataset, path, fmt)
-            m = dataset.metadata
-            record["datasets"][path.name] = {
-                "task": t.task, "kind": kind, "episodes": dataset.num_episodes, "steps": dataset.num_steps,
-                "bytes": _size(written), "seconds": round(time.perf_counter() - began, 2),
-                "return_mean": m.get("return_mean", float(dataset.episode_returns().mean())),
-                "normalized_score": _normalized(dataset),
-            }
+        untrained = [k for k in t.kinds if k not in TRAINED_KINDS]  # first: a training run may use them
+        for kind in untrained:
+            _collect_kind(t, kind, t.expert if kind == "expert" else None, out, fmt, seed, (lo, hi), cfg.progress,
+                          record, record_path)
+        if len(untrained) < len(t.kinds):
+            policies = train_behaviour(t, out / "_train" / t.task, seed, record, cfg.progress, out)
             write_json(record_path, record)
-            print(f"{path.name}: {dataset.num_steps} steps, {record['datasets'][path.name]['seconds']} s")
+            for kind in t.kinds:
+                if kind in TRAINED_KINDS:
+                    policy = policies["full"] if kind == "full-replay" else policies["medium"]
+                    _collect_kind(t, kind, policy, out, fmt, seed, (lo, hi), cfg.progress, record, record_path)
     (out / "README.md").write_text(f"# Dataset suite {name}\n\n{suite_table(record)}\n")
     print(suite_table(record))
     return out
 
 
-def train_behaviour(t: TaskSuite, run_dir: Path, seed: int, record: dict[str, Any], progress: bool) -> dict[str, str]:
-    """Train `t`'s behaviour run in chunks; returns the medium and final checkpoint folders (see the module doc)."""
+def _collect_kind(t: TaskSuite, kind: str, policy: str | None, out: Path, fmt: str, seed: int,
+                  reference: tuple[float, float], progress: bool, record: dict[str, Any], record_path: Path) -> None:
+    """Collect and save `t`'s dataset of `kind` unless its folder exists; record its size, return and time."""
+    from robolearn.data.formats import save_dataset
+
+    path = out / f"{t.task}-{kind}-v0"
+    if path.exists():
+        return
+    one = CollectConfig(env=EnvConfig(name=t.task, num_envs=t.num_envs), kind=kind, episodes=t.episodes,
+                        policy=policy, expert_policy=t.expert if kind == "medium-expert" else None,
+                        noise=t.noise if kind in ("expert", "diverse", "play") else 0.0,
+                        out=str(path), format=fmt, seed=seed, progress=progress,
+                        ref_min_score=reference[0], ref_max_score=reference[1])
+    began = time.perf_counter()
+    dataset = collect(one)
+    written = save_dataset(dataset, path, fmt)
+    record["datasets"][path.name] = {
+        "task": t.task, "kind": kind, "episodes": dataset.num_episodes, "steps": dataset.num_steps,
+        "bytes": _size(written), "seconds": round(time.perf_counter() - began, 2),
+        "return_mean": dataset.metadata.get("return_mean", float(dataset.episode_returns().mean())),
+        "normalized_score": _normalized(dataset),
+    }
+    write_json(record_path, record)
+    print(f"{path.name}: {dataset.num_steps} steps, {record['datasets'][path.name]['seconds']} s")
+
+
+def train_behaviour(t: TaskSuite, run_dir: Path, seed: int, record: dict[str, Any], progress: bool,
+                    out: Path) -> dict[str, str]:
+    """Train `t`'s behaviour run in chunks; returns the medium and final checkpoint folders (see the module doc).
+    With `train.prior_data`, that kind's dataset (in `out`, made first) is mixed into the training batches."""
     from robolearn.evaluate import evaluate
     from robolearn.train import train
 
@@ -163,7 +179,9 @@ def train_behaviour(t: TaskSuite, run_dir: Path, seed: int, record: dict[str, An
         else:
             if run_dir.exists():
                 shutil.rmtree(run_dir)  # a first chunk that never checkpointed
-            train([*spec.overrides, f"env={t.task}", f"seed={seed}", f"run_dir={run_dir}", f"iterations={k}",
+            prior = [f"algo.offline_data={out / f'{t.task}-{spec.prior_data}-v0'}"
+                     ] if spec.prior_data else []
+            train([*spec.overrides, *prior, f"env={t.task}", f"seed={seed}", f"run_dir={run_dir}", f"iterations={k}",
                    "video=false", f"progress={str(progress).lower()}", f"checkpoint_interval={spec.chunk}"])
         final = run_dir / "checkpoints" / "final"
         score = 100 * (evaluate(final, spec.eval_episodes, mode="sample") - random_return) / (

@@ -199,7 +199,7 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
     for cell in plan(o2o, tmp_path / "o2o")[: len(o2o.algos) * len(o2o.datasets)]:
         cfg = load_config(cell.train_args())
         assert cfg.algo == cell.algo and cfg.dataset == cell.dataset and cfg.online_steps == 250_000
-    for name in ("smoke", "prior-data", "offline-locomotion", "offline-fidelity"):
+    for name in ("smoke", "prior-data", "offline-locomotion", "offline-fidelity", "offline-fidelity-long"):
         suite = load_suite(suite_path(name))
         cells = plan(suite, tmp_path / name)
         assert len(cells) == len(suite.algos) * len(suite.datasets) * len(suite.seeds)

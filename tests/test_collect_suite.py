@@ -66,6 +66,7 @@ tasks:
       chunk: 1
       eval_episodes: 2
       medium_score: -100   # any policy qualifies: the test checks the mechanics, not the level
+      prior_data: random   # mixed into the training batches: made before the training run
 """
 
 
@@ -85,6 +86,8 @@ def test_suite_generates_every_dataset_and_resumes(tmp_path, capsys):
         assert data.metadata["ref_max_score"] is not None  # every dataset normalises
     train = record["training"]["pendulum-swingup"]
     assert train["iterations"] == 2 and train["medium"]["iterations"] == 1 and len(train["evaluations"]) == 2
+    run_cfg = json.loads((out / "_train" / "pendulum-swingup" / "config.yaml").read_text())  # JSON is YAML
+    assert run_cfg["algo"]["offline_data"] == str(out / "pendulum-swingup-random-v0")
     # medium-replay is the buffer at the medium checkpoint (1 iteration x 25 steps x 2 envs), full-replay at the end
     assert record["datasets"]["pendulum-swingup-medium-replay-v0"]["steps"] == 50
     assert record["datasets"]["pendulum-swingup-full-replay-v0"]["steps"] == 100
@@ -108,6 +111,10 @@ def test_suite_errors(tmp_path):
     bad.write_text("tasks:\n  cheetah-run:\n    kinds: [medium]\n")
     with pytest.raises(ConfigError, match="need a `train:` section"):
         load_suite(str(bad))
+    for prior, kinds in (("medium", "[medium]"), ("expert", "[random, medium]")):  # trained, or not in the suite
+        bad.write_text(f"tasks:\n  cheetah-run:\n    kinds: {kinds}\n    train: {{prior_data: {prior}}}\n")
+        with pytest.raises(ConfigError, match="prior_data"):
+            load_suite(str(bad))
     bad.write_text("tasks:\n  cheetah-run:\n    kinds: [umaze]\n")
     with pytest.raises(ConfigError, match="unknown kinds"):
         load_suite(str(bad))
