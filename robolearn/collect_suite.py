@@ -11,7 +11,7 @@ how the behaviour policies come about (D4RL's recipes, on our tasks):
 - ``medium``: a policy at about 1/3 of the expert's normalised score, as D4RL's early-stopped SAC. The suite
   trains one (``train``: `robolearn train` overrides, ``iterations`` in ``chunk``s): after each chunk it scores
   the policy as the dataset will play it (``eval_episodes`` episodes of the *sampled* policy: an early SAC actor's
-  mean can score 47 where its samples score 6, ant-velocity at 10K steps) and keeps the first checkpoint whose
+  mean can score 47 where its samples score 10, ant-velocity at 10K steps) and keeps the first checkpoint whose
   normalised score (task's random and reference returns) reaches ``medium_score`` (33 by default); training goes on to
   ``iterations`` only when ``full-replay`` is wanted. Runs resume exactly, so chunks change nothing;
 - ``medium-replay`` / ``full-replay``: the replay buffers saved with the medium and the last checkpoints;
@@ -179,8 +179,8 @@ def train_behaviour(t: TaskSuite, run_dir: Path, seed: int, record: dict[str, An
         else:
             if run_dir.exists():
                 shutil.rmtree(run_dir)  # a first chunk that never checkpointed
-            prior = [f"algo.offline_data={out / f'{t.task}-{spec.prior_data}-v0'}"
-                     ] if spec.prior_data else []
+            prior_path = out / f"{t.task}-{spec.prior_data}-v0"
+            prior = [f"algo.offline_data={prior_path}"] if spec.prior_data else []
             train([*spec.overrides, *prior, f"env={t.task}", f"seed={seed}", f"run_dir={run_dir}", f"iterations={k}",
                    "video=false", f"progress={str(progress).lower()}", f"checkpoint_interval={spec.chunk}"])
         final = run_dir / "checkpoints" / "final"
