@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -308,7 +309,8 @@ def finetune(overrides: Sequence[str]) -> Path:
     if init is None and method.offline is not None:
         steps = cfg.offline_steps if cfg.offline_steps is not None else method.offline_steps
         _phase(train, out / "offline", [*method.offline, f"dataset={dataset}", f"env={task}", *common,
-                                         f"algo.gradient_steps={steps}", "video=false", *cfg.offline])
+                                         f"algo.gradient_steps={steps}", f"algo.log_every={math.gcd(steps, 1000)}",
+                                         "video=false", *cfg.offline])  # logs every 1000 steps when it divides them
         init = str(out / "offline")
     if init is not None:  # the offline run's own last evaluation (a checkpoint's run folder is two levels up)
         offline_curve = read_curve(checkpoint_dir(init).parent.parent)

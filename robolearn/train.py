@@ -59,7 +59,13 @@ def resolve_run(cfg: dict[str, Any]) -> dict[str, Any]:
               + ": not used by this run")
     if cfg["iterations"] is None:
         if isinstance(run_cfg, OfflineRunConfig):
-            cfg["iterations"] = max(1, -(-run_cfg.gradient_steps // run_cfg.log_every))
+            steps, every = run_cfg.gradient_steps, run_cfg.log_every
+            if 0 < steps < every:  # a short run logs once, at its end, rather than running log_every steps
+                cfg["algo"]["log_every"] = every = steps
+            elif steps % every:
+                raise ConfigError(f"algo.gradient_steps ({steps}) must be a multiple of algo.log_every ({every}): "
+                                  "training runs whole logged iterations")
+            cfg["iterations"] = max(1, steps // every)
         elif run_cfg is None:
             cfg["iterations"] = int(cfg["env"]["iterations"])
         else:

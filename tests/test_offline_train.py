@@ -81,3 +81,14 @@ def test_dataset_errors(dataset, capsys):
     assert "is online" in capsys.readouterr().err
     assert main(["train", "algo=bc", "dataset=no-such-dataset", *SHORT]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_gradient_steps_are_exact(dataset, tmp_path, capsys):
+    """A run shorter than log_every runs exactly its gradient steps (logged once); one that is not a whole number of
+    logged iterations is refused rather than rounded up."""
+    run = tmp_path / "short"
+    assert main(["train", "algo=bc", f"dataset={dataset}", "+env.overrides.episode_length=200", f"run_dir={run}",
+                 "algo.gradient_steps=30", "algo.eval_episodes=2", "video=false", "progress=false"]) == 0
+    assert [r["gradient_steps"] for r in rows(run)] == [30]
+    assert main(["train", "algo=bc", f"dataset={dataset}", "algo.gradient_steps=50", *SHORT]) == 2
+    assert "must be a multiple of algo.log_every (20)" in capsys.readouterr().err
