@@ -27,7 +27,9 @@ per core by default, one torch thread each) or as Ray tasks (`backend=ray`: a lo
 at `ray_address`; `pip install 'robolearn[bench]'`). A cell that fails is recorded with its error; the others go
 on. Each finished cell writes `<out>/cells/<cell>.json` (its score, the curve of (step, score), wall time,
 error); running the same command again skips the cells that finished without error with the same overrides, and
-re-runs the others from scratch. Worker output goes to `<out>/logs/<cell>.log`.
+re-runs the others from scratch, except an interrupted `finetune` cell with unchanged overrides, which continues
+from its phases' last checkpoints (the overrides a cell started with are in `<run_dir>/bench_cell.json`).
+Worker output goes to `<out>/logs/<cell>.log`.
 
 The score of a run is its last `eval/normalized_score` in `metrics.jsonl` (D4RL-style, 0 = random, 100 =
 reference), or else its last `mean_return` normalised the same way with the task's random and reference
@@ -60,6 +62,7 @@ COMMANDS = ("train", "finetune")
 #: where a row of metrics.jsonl says how far training got, most specific first
 STEP_KEYS = ("step", "env_steps", "gradient_steps", "updates", "iteration")
 EVAL_KEY = "eval/normalized_score"
+CELL_FILE = "bench_cell.json"  # in a cell's run folder: the overrides it started with
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
 
@@ -205,6 +208,8 @@ def run_cell(cell: Cell) -> dict[str, Any]:
         if Path(cell.cwd).is_dir():
             os.chdir(cell.cwd)
     Path(cell.log).parent.mkdir(parents=True, exist_ok=True)
+    Path(cell.run_dir).mkdir(parents=True, exist_ok=True)
+    write_json(Path(cell.run_dir) / CELL_FILE, {"overrides": cell.overrides, "command": cell.command})
     with _output_to(cell.log):
         try:
             if cell.command == "finetune":
@@ -362,7 +367,7 @@ def run_suite(cfg: BenchConfig) -> Path:
           + (f" ({min(workers, len(pending))} workers)" if cfg.backend == "local" and pending else "")
           + f"; output in {out}", flush=True)
     for cell in pending:
-        if Path(cell.run_dir).exists():  # an unfinished or failed run: start it over
+        if Path(cell.run_dir).exists() and not _resumable(out, cell):  # a failed or changed run: start it over
             shutil.rmtree(cell.run_dir)
         with contextlib.suppress(FileNotFoundError):
             os.remove(cell.log)
@@ -466,6 +471,18 @@ def _finished(out: Path, cell: Cell) -> bool:
         return False
     return (not record.get("error") and record.get("overrides") == cell.overrides
             and record.get("command", "train") == cell.command)
+
+
+def _resumable(out: Path, cell: Cell) -> bool:
+    """Whether an unfinished cell's run folder can be continued: a `robolearn finetune` cell (which resumes its
+    phases from their last checkpoints) that was interrupted (no result, not a failure) with the same overrides."""
+    if cell.command != "finetune" or (out / "cells" / f"{cell.id}.json").exists():
+        return False
+    try:
+        started = json.loads((Path(cell.run_dir) / CELL_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return started == {"overrides": cell.overrides, "command": cell.command}
 
 
 def _cell(cells: Sequence[Cell], cell_id: str) -> Cell:

@@ -3,6 +3,7 @@ the score extraction and rliable aggregation on synthetic cell results."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -194,11 +195,14 @@ def test_aggregates_match_hand_computed_values(tmp_path):
 def test_suites_compose_and_bad_suites_are_errors(tmp_path):
     from robolearn.finetune import load_config
 
-    o2o = load_suite(suite_path("o2o"))  # command: finetune; every method x dataset composes as a finetune run
-    assert o2o.command == "finetune" and {a.name for a in o2o.algos} == {"wsrl", "ro2o", "calql", "rlpd", "sac"}
-    for cell in plan(o2o, tmp_path / "o2o")[: len(o2o.algos) * len(o2o.datasets)]:
-        cfg = load_config(cell.train_args())
-        assert cfg.algo == cell.algo and cfg.dataset == cell.dataset and cfg.online_steps == 250_000
+    for name, online_steps in (("o2o", 250_000), ("o2o-cpu", 10_000)):
+        o2o = load_suite(suite_path(name))  # command: finetune; every method x dataset composes as a finetune run
+        assert o2o.command == "finetune" and {a.name for a in o2o.algos} == {"wsrl", "ro2o", "calql", "rlpd", "sac"}
+        for cell in plan(o2o, tmp_path / name)[: len(o2o.algos) * len(o2o.datasets)]:
+            cfg = load_config(cell.train_args())
+            assert cfg.algo == cell.algo and cfg.dataset == cell.dataset and cfg.online_steps == online_steps
+            if name == "o2o-cpu":  # 64x64 networks in the phase that creates them
+                assert "algo.critic_hidden=[64,64]" in (cfg.offline if cfg.methods[cfg.algo].offline else cfg.online)
     for name in ("smoke", "prior-data", "offline-locomotion", "offline-fidelity", "offline-fidelity-long"):
         suite = load_suite(suite_path(name))
         cells = plan(suite, tmp_path / name)
@@ -225,3 +229,23 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
         "report_only=true", 'overrides=["a=1","b.c=[2,3]"]', "x=1"]
     assert compose("bench", cli_args(["overrides=[a=1,b.c=[2,3]]"]), BenchConfig)["overrides"] == ["a=1", "b.c=[2,3]"]
     assert main(["bench", "backend=slurm", "suite=smoke"]) == 2
+
+
+def test_an_interrupted_finetune_cell_keeps_its_run_folder(tmp_path):
+    """A finetune cell with no result and the same overrides continues (finetune resumes its phases); a failed one,
+    one whose overrides changed, or a train cell (which does not resume by itself) starts over."""
+    from robolearn.bench import CELL_FILE, _resumable
+
+    out = tmp_path / "out"
+    suite = load_suite(_suite(tmp_path / "s.yaml", [{"name": "x", "overrides": ["iterations=5"]}], [0]))
+    cell = dataclasses.replace(plan(suite, out)[0], command="finetune")
+    run = Path(cell.run_dir)
+    run.mkdir(parents=True)
+    assert not _resumable(out, cell)  # started before this version: no record of its overrides
+    (run / CELL_FILE).write_text(json.dumps({"overrides": cell.overrides, "command": "finetune"}))
+    assert _resumable(out, cell)
+    assert not _resumable(out, dataclasses.replace(cell, overrides=[*cell.overrides, "seed=1"]))
+    assert not _resumable(out, dataclasses.replace(cell, command="train"))
+    (out / "cells").mkdir()
+    (out / "cells" / f"{cell.id}.json").write_text(json.dumps({"error": "Boom"}))
+    assert not _resumable(out, cell)
