@@ -250,6 +250,11 @@ def read_score(run_dir: str | Path) -> dict[str, Any]:
         record = read_score(run_dir / "online")
         with contextlib.suppress(OSError, json.JSONDecodeError):
             record["o2o"] = json.loads((run_dir / "o2o.json").read_text())
+        if "o2o" in record:  # recomputed from the curve, so a report always uses this version's definitions
+            from robolearn.finetune import o2o_metrics
+
+            o2o = record["o2o"]
+            o2o.update(o2o_metrics(record["curve"], int(o2o["online_steps"]), o2o.get("offline_score")))
         return record
     metrics = run_dir / "metrics.jsonl"
     if not metrics.is_file():

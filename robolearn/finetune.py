@@ -158,7 +158,8 @@ def o2o_metrics(curve: Sequence[tuple[float, float]], online_steps: int, offline
     point is the score before any online step (the pre-trained policy's, or a fresh one's):
 
     - `start_score`: that first score; `offline_score`: the offline run's own final evaluation, if given;
-    - `initial_dip`: the worst score in the first 10% of the online steps minus the start score (<= 0: a drop);
+    - `initial_dip`: the worst score in the first 10% of the online steps (at least the first online evaluation)
+      minus the start score (<= 0: a drop);
     - `steps_to_90`: the first env step at which the score reaches 90% of the final score (None if final <= 0);
     - `cumulative_regret`: the mean over the online evaluations of 1 - score / 100 (the area between the curve
       and the reference's level, as a fraction; CORL's regret with the normalised score in place of success);
@@ -170,7 +171,9 @@ def o2o_metrics(curve: Sequence[tuple[float, float]], online_steps: int, offline
     start = points[0][1] if points[0][0] == 0 else None
     online = [(s, v) for s, v in points if s > 0]
     final = points[-1][1]
-    window = [v for s, v in online if s <= DIP_WINDOW * online_steps]
+    # the evaluations in the first 10% of the online steps, or the first one when none falls inside (evaluations
+    # land on whole collection iterations, so eval_every=1000 of 10000 steps in 400-step iterations gives 1200)
+    window = [v for s, v in online if s <= max(DIP_WINDOW * online_steps, online[0][0])] if online else []
     dip = min(window) - start if window and start is not None else None
     reach = next((s for s, v in points if v >= 0.9 * final), None) if final > 0 else None
     regret = sum(1.0 - v / 100.0 for _, v in online) / len(online) if online else None
@@ -258,8 +261,8 @@ def load_config(overrides: Sequence[str]) -> FinetuneConfig:
         raise ConfigError("online_steps, eval_every and eval_episodes must be >= 1")
     method = cfg.methods[cfg.algo]
     if cfg.eval_every > DIP_WINDOW * cfg.online_steps:
-        print(f"note: eval_every={cfg.eval_every} > {DIP_WINDOW:.0%} of online_steps={cfg.online_steps}: no evaluation "
-              "falls in the initial-dip window, so initial_dip will be null (evaluate more often)")
+        print(f"note: eval_every={cfg.eval_every} > {DIP_WINDOW:.0%} of online_steps={cfg.online_steps}: the initial "
+              "dip is measured at the first online evaluation alone (evaluate more often to see inside the window)")
     if cfg.checkpoint is None and cfg.dataset is None:
         raise ConfigError("give dataset=<path or name> (pre-trained here) or checkpoint=<offline run>")
     if cfg.checkpoint is not None and method.offline is None:

@@ -183,6 +183,8 @@ def test_o2o_metrics_by_hand():
     assert m["steps_to_90"] == 10000.0 and m["final_score"] == 80.0  # 72 first reached at the end
     assert m["cumulative_regret"] == pytest.approx(sum(1 - v / 100 for v in (20, 35, 60, 80)) / 4)
     assert o2o_metrics([(0, 10.0), (500, 95.0), (1000, 100.0)], 1000)["steps_to_90"] == 500.0
+    late = [(0, 40.0), (1200, 25.0), (2000, 10.0), (10000, 80.0)]  # no evaluation inside the first 1000 steps
+    assert o2o_metrics(late, online_steps=10000)["initial_dip"] == -15.0  # the first online evaluation's
     with pytest.raises(ConfigError, match="eval_every"):
         o2o_metrics([], 1000)
 
