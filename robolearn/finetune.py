@@ -152,14 +152,15 @@ def warm_start(algo: Any, path: str | Path) -> list[str]:
 
 # --- O2O metrics -------------------------------------------------------------------------------------------------
 
-def o2o_metrics(curve: Sequence[tuple[float, float]], online_steps: int, offline_score: float | None = None
-                ) -> dict[str, Any]:
+def o2o_metrics(curve: Sequence[tuple[float, float]], online_steps: int, offline_score: float | None = None,
+                learning_starts: int = 0) -> dict[str, Any]:
     """The offline-to-online metrics of an online run's evaluation curve [(env step, normalised score)], whose first
     point is the score before any online step (the pre-trained policy's, or a fresh one's):
 
     - `start_score`: that first score; `offline_score`: the offline run's own final evaluation, if given;
-    - `initial_dip`: the worst score in the first 10% of the online steps (at least the first online evaluation)
-      minus the start score (<= 0: a drop);
+    - `initial_dip`: the worst score in the first 10% of the online steps that learn (those after the
+      `learning_starts` steps of warm-up, which update nothing; at least one evaluation) minus the start score
+      (<= 0: a drop);
     - `steps_to_90`: the first env step at which the score reaches 90% of the final score (None if final <= 0);
     - `cumulative_regret`: the mean over the online evaluations of 1 - score / 100 (the area between the curve
       and the reference's level, as a fraction; CORL's regret with the normalised score in place of success);
@@ -171,14 +172,34 @@ def o2o_metrics(curve: Sequence[tuple[float, float]], online_steps: int, offline
     start = points[0][1] if points[0][0] == 0 else None
     online = [(s, v) for s, v in points if s > 0]
     final = points[-1][1]
-    # the evaluations in the first 10% of the online steps, or the first one when none falls inside (evaluations
-    # land on whole collection iterations, so eval_every=1000 of 10000 steps in 400-step iterations gives 1200)
-    window = [v for s, v in online if s <= max(DIP_WINDOW * online_steps, online[0][0])] if online else []
+    # the evaluations in the first 10% of the learning steps, or the first one after the warm-up when none falls
+    # inside (evaluations land on whole collection iterations: eval_every=1000 in 400-step iterations gives 1200)
+    end = learning_starts + DIP_WINDOW * max(online_steps - learning_starts, 0)
+    after = [s for s, _ in online if s > learning_starts]
+    window = [v for s, v in online if s <= max(end, after[0] if after else 0.0)]
     dip = min(window) - start if window and start is not None else None
     reach = next((s for s, v in points if v >= 0.9 * final), None) if final > 0 else None
     regret = sum(1.0 - v / 100.0 for _, v in online) / len(online) if online else None
     return {"start_score": start, "offline_score": offline_score, "initial_dip": dip, "steps_to_90": reach,
-            "cumulative_regret": regret, "final_score": final, "online_steps": online_steps}
+            "cumulative_regret": regret, "final_score": final, "online_steps": online_steps,
+            "learning_starts": learning_starts}
+
+
+def refresh_o2o(o2o: dict[str, Any], curve: Sequence[tuple[float, float]], run_dir: str | Path | None = None
+                ) -> dict[str, Any]:
+    """A record's O2O metrics recomputed from its online curve by this version's `o2o_metrics` (the warm-up length
+    from the record, else from the run's online config), so a report never mixes definitions."""
+    starts = o2o.get("learning_starts")
+    if starts is None:
+        starts = learning_starts(run_dir) if run_dir is not None else 0
+    o2o.update(o2o_metrics(curve, int(o2o["online_steps"]), o2o.get("offline_score"), int(starts)))
+    return o2o
+
+
+def learning_starts(run_dir: str | Path) -> int:
+    """The env steps before the first update of a finetune run's online phase (its `algo.learning_starts`)."""
+    config = Path(run_dir) / "online" / "config.yaml"
+    return int(json.loads(config.read_text())["algo"].get("learning_starts", 0)) if config.is_file() else 0
 
 
 def read_curve(run_dir: str | Path, key: str = "eval/normalized_score") -> list[tuple[float, float]]:
@@ -209,8 +230,9 @@ def o2o_table(cells: Sequence[dict[str, Any]], algos: Sequence[str], datasets: S
 
     lines = ["## Offline-to-online metrics (mean ± std over seeds; `o2o_metrics` in robolearn/finetune.py)", "",
              "start: the score before the first online step; initial dip: the worst score in the first 10% of the "
-             "online steps minus the start (negative: a drop); steps to 90% of the final score (over the seeds that "
-             "reach it); regret: the mean of 1 - score/100 over the online evaluations; final: the last evaluation.",
+             "online steps after the warm-up (`learning_starts`) minus the start (negative: a drop); steps to 90% of "
+             "the final score (over the seeds that reach it); regret: the mean of 1 - score/100 over the online "
+             "evaluations; final: the last evaluation.",
              "", "| algo | dataset | " + " | ".join(title for _, title, _ in O2O_COLUMNS) + " |",
              "|---|---|" + "---|" * len(O2O_COLUMNS)]
     for algo in algos:
@@ -328,7 +350,7 @@ def finetune(overrides: Sequence[str]) -> Path:
     if method.retain_data:
         online.append(f"algo.offline_data={resolve_dataset(dataset)}")
     _phase(train, out / "online", [*online, *cfg.online])
-    metrics = o2o_metrics(read_curve(out / "online"), cfg.online_steps, offline_score)
+    metrics = o2o_metrics(read_curve(out / "online"), cfg.online_steps, offline_score, learning_starts(out))
     metrics.update({"algo": cfg.algo, "task": task, "dataset": dataset, "seed": cfg.seed, "init": init})
     from robolearn.data.dataset import write_json
 

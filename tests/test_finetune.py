@@ -185,6 +185,10 @@ def test_o2o_metrics_by_hand():
     assert o2o_metrics([(0, 10.0), (500, 95.0), (1000, 100.0)], 1000)["steps_to_90"] == 500.0
     late = [(0, 40.0), (1200, 25.0), (2000, 10.0), (10000, 80.0)]  # no evaluation inside the first 1000 steps
     assert o2o_metrics(late, online_steps=10000)["initial_dip"] == -15.0  # the first online evaluation's
+    # a 1000-step warm-up that updates nothing: the window is the next 10% of 9000 steps (to 1900), at least 2000
+    warm = [(0, 40.0), (800, 41.0), (1600, 30.0), (2400, 5.0), (10000, 80.0)]
+    assert o2o_metrics(warm, 10000, learning_starts=1000)["initial_dip"] == -10.0
+    assert o2o_metrics(warm[:1] + warm[2:], 10000, learning_starts=1800)["initial_dip"] == -35.0
     with pytest.raises(ConfigError, match="eval_every"):
         o2o_metrics([], 1000)
 
