@@ -250,10 +250,6 @@ def read_score(run_dir: str | Path) -> dict[str, Any]:
         record = read_score(run_dir / "online")
         with contextlib.suppress(OSError, json.JSONDecodeError):
             record["o2o"] = json.loads((run_dir / "o2o.json").read_text())
-        if "o2o" in record:
-            from robolearn.finetune import refresh_o2o
-
-            refresh_o2o(record["o2o"], record["curve"], run_dir)
         return record
     metrics = run_dir / "metrics.jsonl"
     if not metrics.is_file():
@@ -512,7 +508,7 @@ def load_cells(out: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     for path in sorted((out / "cells").glob("*.json")):
         with contextlib.suppress(OSError, json.JSONDecodeError):
             record = json.loads(path.read_text())
-            if record.get("o2o") and record.get("curve"):  # this version's O2O definitions
+            if record.get("o2o") and record.get("curve"):  # this version's O2O definitions, whatever wrote it
                 from robolearn.finetune import refresh_o2o
 
                 refresh_o2o(record["o2o"], record["curve"], record.get("run_dir"))

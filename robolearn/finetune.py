@@ -190,8 +190,8 @@ def refresh_o2o(o2o: dict[str, Any], curve: Sequence[tuple[float, float]], run_d
     """A record's O2O metrics recomputed from its online curve by this version's `o2o_metrics` (the warm-up length
     from the record, else from the run's online config), so a report never mixes definitions."""
     starts = o2o.get("learning_starts")
-    if starts is None:
-        starts = learning_starts(run_dir) if run_dir is not None else 0
+    if starts is None:  # written before o2o.json recorded it
+        starts = learning_starts(run_dir) if run_dir else 0
     o2o.update(o2o_metrics(curve, int(o2o["online_steps"]), o2o.get("offline_score"), int(starts)))
     return o2o
 
