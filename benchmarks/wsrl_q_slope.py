@@ -1,0 +1,121 @@
+"""Why WSRL's online actor collapses at the o2o-cpu budget: the pre-trained critic's slope in the action.
+
+From a finished `robolearn finetune algo=wsrl` run (its offline checkpoint and its online phase's settings):
+
+1. control: 200 actor updates against the frozen pre-trained critic (the actor should stay where offline training
+   left it, its entropy near the target);
+2. the pre-trained policy fills an empty buffer (`--warmup` env steps, sampled actions, as WSRL's warm-up), then
+   the online critic learns from it alone (WSRL's TD update: no conservative term, no offline data) while the
+   actor is held; every few steps: |dQ/da| (the slope of min_i Q_i at the policy's actions), Q at the buffer's
+   actions and at uniform random actions;
+3. then actor updates against that critic, as the online phase interleaves them.
+
+If (1) holds and (2) shows the slope falling while Q at unseen actions rises to the data's, the online critic
+unlearns the conservative pessimism the actor was balanced against, and the entropy term takes over.
+
+    python benchmarks/wsrl_q_slope.py benchmarks/results/o2o_cpu/runs/wsrl__point-maze-umaze-diverse__seed0
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.sim_throughput import machine_info  # noqa: E402
+
+
+def main() -> None:
+    from robolearn.algos.sac import SAC, SACConfig
+    from robolearn.config import make_env
+    from robolearn.finetune import warm_start
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", help="a finished `robolearn finetune algo=wsrl` run folder (offline/ and online/)")
+    parser.add_argument("--warmup", type=int, default=1000, help="env steps of the pre-trained policy (8 envs)")
+    parser.add_argument("--critic-steps", type=int, default=800)
+    parser.add_argument("--actor-steps", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="JSON path (default: <run>/q_slope.json)")
+    args = parser.parse_args()
+    torch.manual_seed(args.seed)
+    run = Path(args.run)
+    online = json.loads((run / "online" / "config.yaml").read_text())
+    fields = {f.name for f in dataclasses.fields(SACConfig)}
+    settings = {k: tuple(v) if isinstance(v, list) else v for k, v in online["algo"].items() if k in fields}
+    cfg = SACConfig(**{**settings, "compile": False})
+    held = dataclasses.replace(cfg, actor_every=10**9)  # the same learner, its actor never stepped by update_critic
+    env = make_env({**online["env"], "num_envs": 8}, args.seed)
+    dims = env.observation_shapes["policy"][0]
+    gen = torch.Generator().manual_seed(args.seed)
+
+    def learner(c: SACConfig) -> SAC:
+        sac = SAC(dims, dims, env.num_actions, c)
+        warm_start(sac, run / "offline")
+        return sac
+
+    # the warm-up buffer: the pre-trained policy's sampled actions
+    sac = learner(held)
+    obs, columns = env.reset(), {k: [] for k in ("obs", "actions", "rewards", "next", "discount")}
+    for _ in range(max(1, args.warmup // env.num_envs)):
+        actions = sac.act(obs, generator=gen)
+        nxt, rewards, dones, extras = env.step(actions)
+        after = nxt["policy"].clone()
+        ended = dones.bool()
+        after[ended] = extras["final_obs"]["policy"][ended]  # the true next state of an episode that just ended
+        for key, value in (("obs", obs["policy"]), ("actions", actions), ("rewards", rewards), ("next", after),
+                           ("discount", cfg.gamma * (~extras["terminated"]).float())):
+            columns[key].append(value)
+        obs = nxt
+    data = {k: torch.cat(v) for k, v in columns.items()}
+
+    def batch() -> dict:
+        i = torch.randint(0, len(data["obs"]), (cfg.batch_size,), generator=gen)
+        return {"obs": {"policy": data["obs"][i]}, "actions": data["actions"][i], "rewards": data["rewards"][i],
+                "next_obs": {"policy": data["next"][i]}, "discount": data["discount"][i]}
+
+    def probe(sac: SAC, phase: str, step: int) -> dict:
+        b = batch()
+        o = b["obs"]["policy"]
+        actions, logp = sac.actor.sample(o, generator=gen)
+        actions = actions.detach().requires_grad_(True)
+        slope = torch.autograd.grad(sac.critic(o, actions).min(0).values.sum(), actions)[0].norm(dim=-1).mean()
+        with torch.no_grad():
+            uniform = torch.rand(o.shape[0], env.num_actions, generator=gen) * 2 - 1
+            row = {"phase": phase, "step": step, "dq_da": float(slope),
+                   "q_data_actions": float(sac.critic(o, b["actions"]).min(0).values.mean()),
+                   "q_uniform_actions": float(sac.critic(o, uniform).min(0).values.mean()),
+                   "entropy": float(-logp.detach().mean()), "alpha": float(sac.alpha)}
+        print(json.dumps(row))
+        return row
+
+    rows = []
+    control = learner(cfg)  # (1) actor updates on the frozen pre-trained critic
+    for step in range(args.actor_steps + 1):
+        if step % 50 == 0:
+            rows.append(probe(control, "actor on frozen pre-trained critic", step))
+        control.update_actor(batch(), gen)
+    rows.append(probe(sac, "critic on warm-up data", 0))  # (2) the online critic alone
+    for step in range(1, args.critic_steps + 1):
+        sac.update_critic(batch(), gen)
+        if step in (25, 50, 100, 200, 400, 800) or step == args.critic_steps:
+            rows.append(probe(sac, "critic on warm-up data", step))
+    for step in range(1, args.actor_steps + 1):  # (3) then the actor
+        sac.update_actor(batch(), gen)
+        if step % 50 == 0:
+            rows.append(probe(sac, "then actor", step))
+    out = Path(args.out) if args.out else run / "q_slope.json"
+    out.write_text(json.dumps({"machine": machine_info(), "run": str(run), "task": online["env"]["name"],
+                               "warmup_transitions": len(data["obs"]),
+                               "warmup_reward_mean": float(data["rewards"].mean()), "rows": rows}, indent=1))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
