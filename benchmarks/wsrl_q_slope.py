@@ -52,11 +52,10 @@ def main() -> None:
     cfg = SACConfig(**{**settings, "compile": False})
     held = dataclasses.replace(cfg, actor_every=10**9)  # the same learner, its actor never stepped by update_critic
     env = make_env({**online["env"], "num_envs": 8}, args.seed)
-    dims = env.observation_shapes["policy"][0]
     gen = torch.Generator().manual_seed(args.seed)
 
     def learner(c: SACConfig) -> SAC:
-        sac = SAC(dims, dims, env.num_actions, c)
+        sac = SAC.for_env(env, c)
         warm_start(sac, run / "offline")
         return sac
 
