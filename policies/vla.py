@@ -138,7 +138,7 @@ class VLAPolicy(FlowPolicy):
     def lerobot_features(self) -> dict[str, dict]:
         """LeRobot's `input_features` / `output_features` for config.json (images channel-first, as LeRobot)."""
         h, w, c = self.image_shape
-        camera = self.config["camera"] or "camera"
+        camera = (self.config["camera"] or "camera").replace(",", "_")  # tiled views: one image key
         return {"input_features": {f"observation.images.{camera}": {"type": "VISUAL", "shape": [c, h, w]},
                                    "observation.state": {"type": "STATE", "shape": [self.state_dim]}},
                 "output_features": {"action": {"type": "ACTION", "shape": [self.action_dim]}},

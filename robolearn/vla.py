@@ -39,7 +39,8 @@ CAMERA = "side"
 
 
 def camera(size: int, name: str = CAMERA) -> dict[str, Any]:
-    """The `pixels=` setting of `sim.make` for square frames of `size` from the arm's camera `name`."""
+    """The `pixels=` setting of `sim.make` for square frames of `size` from the arm's camera `name` (several names
+    joined by commas: their views side by side, [size, n * size, 3])."""
     return {"camera": name, "width": size, "height": size}
 
 
@@ -52,7 +53,8 @@ class VLAConfig(ChunkBCConfig):
     noise_head: bool = True          # Flow-Noise fine-tuning's learned std (trained by RL, not by BC)
     width: int = 64                  # prefix features per modality
     max_tokens: int = 48
-    state_dim: int = ARM_STATE_DIM
+    state_dim: int = ARM_STATE_DIM  # 21: + the goal and goal - grasp (privileged; a diagnostic of the vision)
+    camera: str = CAMERA             # the demos' camera(s): "front,side" tiles two views
 
 
 class PackedRows:
@@ -68,12 +70,14 @@ class PackedRows:
         return self.policy.pack(self.frames[idx], self.states[idx], self.tokens[idx])
 
 
-def collect_demos(task: str, episodes: int, size: int, seed: int = 0, num_envs: int = 25, noise: float = 0.0) -> Any:
-    """`episodes` episodes of the task's scripted reference controller with camera frames of `size` pixels."""
+def collect_demos(task: str, episodes: int, size: int, seed: int = 0, num_envs: int = 25, noise: float = 0.0,
+                  camera: str = CAMERA) -> Any:
+    """`episodes` episodes of the task's scripted reference controller with camera frames of `size` pixels (per
+    view: `camera` "front,side" tiles two)."""
     from robolearn.collect import CollectConfig, PixelsConfig, collect
     from robolearn.config import EnvConfig
 
-    pixels = PixelsConfig(enabled=True, camera=CAMERA, width=size, height=size)
+    pixels = PixelsConfig(enabled=True, camera=camera, width=size, height=size)
     return collect(CollectConfig(env=EnvConfig(name=task, num_envs=min(episodes, num_envs)), kind="expert",
                                  policy="reference", noise=noise, episodes=episodes, seed=seed, progress=False,
                                  ref_min_score=0.0, ref_max_score=1.0, pixels=pixels))
@@ -107,7 +111,7 @@ def train_vla_bc(datasets: Mapping[str, Any], cfg: VLAConfig | None = None,
     names = list(datasets)
     policy = VLAPolicy(shapes.pop(), cfg.state_dim, chunks[0].shape[2], cfg.chunk, cfg.max_tokens, cfg.width,
                        tuple(cfg.hidden), cfg.num_steps, noise_head=cfg.noise_head,
-                       instructions=tuple(instructions[n] for n in names), camera=CAMERA)
+                       instructions=tuple(instructions[n] for n in names), camera=cfg.camera)
     unique = sorted(set(texts))
     token_of = dict(zip(unique, policy.tokenizer.encode(unique), strict=True))
     rows = PackedRows(policy, torch.cat(frames), torch.cat(states), torch.stack([token_of[t] for t in texts]))
@@ -133,7 +137,8 @@ class VLAEnv:
         self.observation_shapes = {k: v for k, v in env.observation_shapes.items() if k != "pixels"}
         self.observation_shapes["policy"] = (policy.obs_dim,)
         h, w, _ = policy.image_shape
-        self.pixels = {"camera": policy.config["camera"], "width": w, "height": h}  # what a run records
+        views = len(str(policy.config["camera"]).split(","))  # tiled views, each w / views wide
+        self.pixels = {"camera": policy.config["camera"], "width": w // views, "height": h}  # what a run records
 
     def _view(self, obs: Any) -> TensorDict:
         groups = {k: v for k, v in obs.items() if k != "pixels"}

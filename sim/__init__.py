@@ -98,7 +98,7 @@ def make(name: str, num_envs: int = 1, backend: str = "auto", device: str = "aut
         check_actions: raise `ActionError` on NaN/inf actions (one device sync per step).
         pixels: add a `"pixels"` observation group of camera frames, e.g.
             `{"camera": "side", "width": 64, "height": 64}` (rendered on the host by MuJoCo; `"effects": True`
-            adds shadows, reflections and the skybox).
+            adds shadows, reflections and the skybox); `"camera": "front,top"` tiles several views side by side.
         **overrides: task config fields, e.g. `episode_length=500`, `reward_scales={...}`.
     """
     import torch

@@ -83,8 +83,7 @@ class VecEnv:
         self.state: State = self._reset_fn(self._keys())
         self.observation_shapes = {k: tuple(v.shape[1:]) for k, v in self.state.obs.items()}
         if self._pixels is not None:
-            r = self._pixels._renderer
-            self.observation_shapes["pixels"] = (r.height, r.width, 3)
+            self.observation_shapes["pixels"] = self._pixels.shape
 
     # --- rsl_rl VecEnv contract ------------------------------------------------------------------
     def reset(self, seed: int | None = None, group_size: int = 1) -> TensorDict:

@@ -123,3 +123,18 @@ def test_arm_tasks_from_pixels_to_a_checkpoint_and_flow_noise_ppo(tmp_path):
     final = tmp_path / "rl" / "checkpoints" / "final"
     assert load_policy(final).policy_config["kind"] == "vla"
     assert np.isfinite(evaluate(final, episodes=2))
+
+
+def test_several_cameras_tile_side_by_side():
+    """`camera: "front,side"` renders both views into one frame, each as the single-camera frame; an unknown
+    camera is refused with the model's camera names."""
+    tiled = sim.make("arm-push", num_envs=2, pixels=camera(16, "front,side"))
+    assert tiled.observation_shapes["pixels"] == (16, 32, 3)
+    frames = tiled.reset(seed=3)["pixels"]
+    for i, view in enumerate(("front", "side")):
+        single = sim.make("arm-push", num_envs=2, pixels=camera(16, view))
+        assert torch.equal(frames[:, :, 16 * i:16 * (i + 1)], single.reset(seed=3)["pixels"])
+        single.close()
+    tiled.close()
+    with pytest.raises(ValueError, match="no camera 'nope'.*front"):
+        sim.make("arm-reach", num_envs=1, pixels=camera(16, "side,nope"))

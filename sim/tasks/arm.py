@@ -159,6 +159,7 @@ def arm_xml(with_cube: bool) -> str:
     <light name="light" pos="0 0 2"/>
     <camera name="side" pos="0.85 -0.65 0.5" xyaxes="0.763 0.646 0 -0.286 0.338 0.897"/>
     <camera name="top" pos="0.3 0 0.9" xyaxes="0 -1 0 1 0 0"/>
+    <camera name="front" pos="0.8 0 0.6" xyaxes="0 1 0 -0.673 0 0.74" fovy="60"/>
     <geom name="table" type="plane" size="1 1 .05" material="grid" contype="1" friction="0.5 0.01 0.001"/>
     <body name="base">
       <joint {joints["yaw"]} axis="0 0 1"/>

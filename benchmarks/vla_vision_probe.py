@@ -1,0 +1,88 @@
+"""Is vision what keeps the small VLA from learning an arm task? One task's scripted demos, several policies cloned
+from them the same way (flow matching on chunks, same action expert, same steps), each scored on held-out starts:
+
+- `state_flow`: `FlowPolicy` on the task's full state (goal and cube coordinates included): the ceiling of BC;
+- `vla_goal`: the VLA given the goal's coordinates beside its proprioception (`state_dim` 21): vision optional;
+- `vla_<camera>_<size>`: the VLA from pixels only (proprioception 15), per camera setting and frame size.
+
+    python benchmarks/vla_vision_probe.py --task arm-reach          # -> benchmarks/results/vla_vision_probe_cpu.json
+    python benchmarks/vla_vision_probe.py --demos 10 --steps 200    # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import sim  # noqa: E402  (first: it picks the headless OpenGL before mujoco loads)
+from benchmarks.sim_throughput import machine_info  # noqa: E402
+
+OUT = Path(__file__).parent / "results"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="arm-reach")
+    parser.add_argument("--demos", type=int, default=50)
+    parser.add_argument("--steps", type=int, default=2000, help="BC steps of every policy")
+    parser.add_argument("--views", default="side:32,side:32:goal,front+side:48",
+                        help="VLA variants, comma-separated camera[:size[:goal]]; cameras tiled by '+' ")
+    parser.add_argument("--eval-envs", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=str(OUT / "vla_vision_probe_cpu"))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    from policies.flow import FlowPolicy
+    from robolearn.algos.chunk_bc import ChunkBCConfig, train_chunk_bc
+    from robolearn.algos.flow_rl import evaluate_flow
+    from robolearn.vla import ARM_INSTRUCTIONS, VLAConfig, VLAEnv, camera, collect_demos, train_vla_bc
+
+    words = ARM_INSTRUCTIONS[args.task]
+    results: dict = {"machine": machine_info(), "config": vars(args), "variants": {}}
+
+    def record(name: str, value: dict) -> None:
+        results["variants"][name] = value
+        print(name, json.dumps(value), flush=True)
+        Path(args.out + ".json").write_text(json.dumps(results, indent=1))
+
+    demos: dict[tuple[str, int], object] = {}
+    for spec in args.views.split(","):
+        cam, size, *goal = spec.split(":")
+        cam, size = cam.replace("+", ","), int(size)
+        if (cam, size) not in demos:
+            began = time.perf_counter()
+            demos[cam, size] = collect_demos(args.task, args.demos, size, seed=args.seed, num_envs=args.demos,
+                                             camera=cam)
+            print(f"demos {cam} {size}: {demos[cam, size].num_steps} frames in {time.perf_counter() - began:.0f} s",
+                  flush=True)
+        data = demos[cam, size]
+        if "state_flow" not in results["variants"]:  # the same demos' states, no pixels
+            began = time.perf_counter()
+            flow, losses = train_chunk_bc(data, ChunkBCConfig(chunk=5, num_steps=4, steps=args.steps, seed=args.seed))
+            env = sim.make(args.task, num_envs=args.eval_envs, seed=args.seed + 7, nthread=1)
+            record("state_flow", {"success": float(evaluate_flow(env, flow)["success"]),
+                                  "bc_loss": float(np.mean(losses[-100:])), "bc_s": time.perf_counter() - began})
+            env.close()
+            assert isinstance(flow, FlowPolicy)
+        cfg = VLAConfig(steps=args.steps, seed=args.seed, camera=cam, state_dim=21 if goal else 15)
+        began = time.perf_counter()
+        policy, losses = train_vla_bc({args.task: data}, cfg)
+        bc_s = time.perf_counter() - began
+        env = VLAEnv(sim.make(args.task, num_envs=args.eval_envs, seed=args.seed + 7, nthread=1,
+                              pixels=camera(size, cam)), policy, words)
+        name = f"vla_{cam.replace(',', '+')}_{size}" + ("_goal" if goal else "")
+        record(name, {"success": float(evaluate_flow(env, policy)["success"]), "bc_loss": float(np.mean(losses[-100:])),
+                      "bc_s": bc_s, "frame": list(policy.image_shape), "state_dim": cfg.state_dim})
+        env.close()
+
+
+if __name__ == "__main__":
+    main()
