@@ -35,6 +35,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000, help="BC steps of every policy")
     parser.add_argument("--views", default="side:32,side:32:goal,front+side:48",
                         help="VLA variants, comma-separated camera[:size[:goal]]; cameras tiled by '+' ")
+    parser.add_argument("--shift", type=int, default=0, help="random-shift augmentation of the VLA's frames (pixels)")
     parser.add_argument("--eval-envs", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(OUT / "vla_vision_probe_cpu"))
@@ -72,13 +73,14 @@ def main() -> None:
                                   "bc_loss": float(np.mean(losses[-100:])), "bc_s": time.perf_counter() - began})
             env.close()
             assert isinstance(flow, FlowPolicy)
-        cfg = VLAConfig(steps=args.steps, seed=args.seed, camera=cam, state_dim=21 if goal else 15)
+        cfg = VLAConfig(steps=args.steps, seed=args.seed, camera=cam, state_dim=21 if goal else 15, shift=args.shift)
         began = time.perf_counter()
         policy, losses = train_vla_bc({args.task: data}, cfg)
         bc_s = time.perf_counter() - began
         env = VLAEnv(sim.make(args.task, num_envs=args.eval_envs, seed=args.seed + 7, nthread=1,
                               pixels=camera(size, cam)), policy, words)
         name = f"vla_{cam.replace(',', '+')}_{size}" + ("_goal" if goal else "")
+        name += f"_shift{args.shift}" if args.shift else ""
         record(name, {"success": float(evaluate_flow(env, policy)["success"]), "bc_loss": float(np.mean(losses[-100:])),
                       "bc_s": bc_s, "frame": list(policy.image_shape), "state_dim": cfg.state_dim})
         env.close()

@@ -55,19 +55,40 @@ class VLAConfig(ChunkBCConfig):
     max_tokens: int = 48
     state_dim: int = ARM_STATE_DIM  # 21: + the goal and goal - grasp (privileged; a diagnostic of the vision)
     camera: str = CAMERA             # the demos' camera(s): "front,side" tiles two views
+    shift: int = 0                   # random-shift augmentation of BC frames, in pixels (0: none)
 
 
 class PackedRows:
-    """Training rows packed on demand: `rows[i]` -> [len(i), obs_dim] (frames stay uint8 until a batch is drawn)."""
+    """Training rows packed on demand: `rows[i]` -> [len(i), obs_dim] (frames stay uint8 until a batch is drawn).
 
-    def __init__(self, policy: VLAPolicy, frames: torch.Tensor, states: torch.Tensor, tokens: torch.Tensor):
+    `shift` > 0: each drawn frame moves by a random whole-pixel offset in [-shift, shift] on both axes, its edge
+    pixels repeated into the gap (DrQ's random shift; robomimic's crop randomisation): the same scene at slightly
+    different image positions, so the encoder cannot key on where a few demos happened to put things."""
+
+    def __init__(self, policy: VLAPolicy, frames: torch.Tensor, states: torch.Tensor, tokens: torch.Tensor,
+                 shift: int = 0, seed: int = 0):
         self.policy, self.frames, self.states, self.tokens = policy, frames, states, tokens
+        self.shift = shift
+        self.generator = torch.Generator().manual_seed(seed)
 
     def __len__(self) -> int:
         return len(self.frames)
 
     def __getitem__(self, idx: torch.Tensor) -> torch.Tensor:
-        return self.policy.pack(self.frames[idx], self.states[idx], self.tokens[idx])
+        frames = self.frames[idx]
+        if self.shift:
+            frames = random_shift(frames, self.shift, self.generator)
+        return self.policy.pack(frames, self.states[idx], self.tokens[idx])
+
+
+def random_shift(frames: torch.Tensor, shift: int, generator: torch.Generator) -> torch.Tensor:
+    """[B, H, W, C] frames, each moved by its own offset in [-shift, shift]^2 (edges replicated)."""
+    b, h, w, _ = frames.shape
+    offsets = torch.randint(0, 2 * shift + 1, (2, b), generator=generator)
+    rows = (torch.arange(h)[None] + offsets[0][:, None] - shift).clamp(0, h - 1)  # [B, H] source row of each row
+    cols = (torch.arange(w)[None] + offsets[1][:, None] - shift).clamp(0, w - 1)
+    batch = torch.arange(b)[:, None, None]
+    return frames[batch, rows[:, :, None], cols[:, None, :]]
 
 
 def collect_demos(task: str, episodes: int, size: int, seed: int = 0, num_envs: int = 25, noise: float = 0.0,
@@ -114,7 +135,8 @@ def train_vla_bc(datasets: Mapping[str, Any], cfg: VLAConfig | None = None,
                        instructions=tuple(instructions[n] for n in names), camera=cfg.camera)
     unique = sorted(set(texts))
     token_of = dict(zip(unique, policy.tokenizer.encode(unique), strict=True))
-    rows = PackedRows(policy, torch.cat(frames), torch.cat(states), torch.stack([token_of[t] for t in texts]))
+    rows = PackedRows(policy, torch.cat(frames), torch.cat(states), torch.stack([token_of[t] for t in texts]),
+                      cfg.shift, cfg.seed)
     policy.obs_norm.update(rows.states)  # the state's statistics; frames scale by 1/255, tokens are ids
     return policy, fit_chunk_policy(policy, rows, torch.cat(chunks), cfg)
 

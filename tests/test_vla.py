@@ -17,7 +17,7 @@ from robolearn.data.dataset import Dataset
 from robolearn.errors import ConfigError
 from robolearn.evaluate import evaluate
 from robolearn.policy_io import load_policy, save_chunk_policy
-from robolearn.vla import ARM_INSTRUCTIONS, VLAConfig, VLAEnv, camera, collect_demos, train_vla_bc
+from robolearn.vla import ARM_INSTRUCTIONS, VLAConfig, VLAEnv, camera, collect_demos, random_shift, train_vla_bc
 
 
 def test_tokenizer_pads_and_refuses_long_instructions():
@@ -138,3 +138,17 @@ def test_several_cameras_tile_side_by_side():
     tiled.close()
     with pytest.raises(ValueError, match="no camera 'nope'.*front"):
         sim.make("arm-reach", num_envs=1, pixels=camera(16, "side,nope"))
+
+
+def test_random_shift_translates_each_frame_within_the_bound():
+    """Each frame is its own translate by at most `shift` pixels per axis (edges repeated); shift 0 is the frame."""
+    frames = torch.randint(0, 256, (64, 12, 10, 3), dtype=torch.uint8)
+    out = random_shift(frames, 2, torch.Generator().manual_seed(0))
+    seen = set()
+    for f, o in zip(frames, out, strict=True):
+        matches = [(dy, dx) for dy in range(-2, 3) for dx in range(-2, 3)
+                   if torch.equal(o[2:-2, 2:-2], f[2 + dy:10 + dy, 2 + dx:8 + dx])]
+        assert matches
+        seen.add(matches[0])
+    assert len(seen) > 10  # the offsets vary across the batch
+    assert torch.equal(random_shift(frames, 0, torch.Generator()), frames)
