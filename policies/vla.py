@@ -70,7 +70,8 @@ class VLAPolicy(FlowPolicy):
     def __init__(self, image_shape: tuple[int, int, int], state_dim: int, action_dim: int, chunk: int = 5,
                  max_tokens: int = 48, width: int = 64, hidden: tuple[int, ...] = (256, 256), num_steps: int = 4,
                  noise_level: float = 0.5, noise_std: tuple[float, float] = (0.08, 0.16), noise_head: bool = False,
-                 instructions: tuple[str, ...] = (), camera: str | None = None, keypoints: int = 32):
+                 instructions: tuple[str, ...] = (), camera: str | None = None, keypoints: int = 32,
+                 stem_stride: int = 1):
         h, w, c = image_shape
         if c != 3 or min(h, w) < 16:
             raise ValueError(f"image_shape must be (H, W, 3) with H, W >= 16, got {tuple(image_shape)}")
@@ -82,10 +83,11 @@ class VLAPolicy(FlowPolicy):
         self.config = {"image_shape": [h, w, c], "state_dim": state_dim, "action_dim": action_dim, "chunk": chunk,
                        "max_tokens": max_tokens, "width": width, "hidden": list(hidden), "num_steps": num_steps,
                        "noise_level": noise_level, "noise_std": list(noise_std), "noise_head": noise_head,
-                       "instructions": list(instructions), "camera": camera, "keypoints": keypoints}
+                       "instructions": list(instructions), "camera": camera, "keypoints": keypoints,
+                       "stem_stride": stem_stride}
         self.instruction = instructions[0] if instructions else None  # what `pack` says when no tokens are given
         self.vision = nn.Sequential(
-            nn.Conv2d(3, 32, 3, padding=1), nn.SiLU(),
+            nn.Conv2d(3, 32, 3, stride=stem_stride, padding=1), nn.SiLU(),  # 2: 64x64 frames at 32x32's cost
             nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.SiLU(),
             nn.Conv2d(32, 32, 3, padding=1), nn.SiLU(),
             nn.Conv2d(32, keypoints, 1), SpatialSoftmax())

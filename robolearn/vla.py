@@ -56,6 +56,7 @@ class VLAConfig(ChunkBCConfig):
     state_dim: int = ARM_STATE_DIM  # 21: + the goal and goal - grasp (privileged; a diagnostic of the vision)
     camera: str = CAMERA             # the demos' camera(s): "front,side" tiles two views
     shift: int = 0                   # random-shift augmentation of BC frames, in pixels (0: none)
+    stem_stride: int = 1             # the CNN's first stride: 2 halves its maps (64x64 frames at 32x32's cost)
 
 
 class PackedRows:
@@ -132,7 +133,8 @@ def train_vla_bc(datasets: Mapping[str, Any], cfg: VLAConfig | None = None,
     names = list(datasets)
     policy = VLAPolicy(shapes.pop(), cfg.state_dim, chunks[0].shape[2], cfg.chunk, cfg.max_tokens, cfg.width,
                        tuple(cfg.hidden), cfg.num_steps, noise_head=cfg.noise_head,
-                       instructions=tuple(instructions[n] for n in names), camera=cfg.camera)
+                       instructions=tuple(instructions[n] for n in names), camera=cfg.camera,
+                       stem_stride=cfg.stem_stride)
     unique = sorted(set(texts))
     token_of = dict(zip(unique, policy.tokenizer.encode(unique), strict=True))
     rows = PackedRows(policy, torch.cat(frames), torch.cat(states), torch.stack([token_of[t] for t in texts]),
