@@ -36,6 +36,9 @@ def main() -> None:
     parser.add_argument("--views", default="side:32,side:32:goal,front+side:48",
                         help="VLA variants, comma-separated camera[:size[:goal]]; cameras tiled by '+' ")
     parser.add_argument("--shift", type=int, default=0, help="random-shift augmentation of the VLA's frames (pixels)")
+    parser.add_argument("--state-dim", type=int, default=15,
+                        help="the VLA's proprioception: the first N of the policy group (6: joint angles and opening, "
+                             "no velocities; 15: + velocities and grasp point)")
     parser.add_argument("--stem-stride", type=int, default=1, help="the VLA CNN's first stride")
     parser.add_argument("--eval-envs", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
@@ -74,8 +77,8 @@ def main() -> None:
                                   "bc_loss": float(np.mean(losses[-100:])), "bc_s": time.perf_counter() - began})
             env.close()
             assert isinstance(flow, FlowPolicy)
-        cfg = VLAConfig(steps=args.steps, seed=args.seed, camera=cam, state_dim=21 if goal else 15, shift=args.shift,
-                        stem_stride=args.stem_stride)
+        cfg = VLAConfig(steps=args.steps, seed=args.seed, camera=cam, state_dim=21 if goal else args.state_dim,
+                        shift=args.shift, stem_stride=args.stem_stride)
         began = time.perf_counter()
         policy, losses = train_vla_bc({args.task: data}, cfg)
         bc_s = time.perf_counter() - began
@@ -84,6 +87,7 @@ def main() -> None:
         name = f"vla_{cam.replace(',', '+')}_{size}" + ("_goal" if goal else "")
         name += f"_shift{args.shift}" if args.shift else ""
         name += f"_stem{args.stem_stride}" if args.stem_stride > 1 else ""
+        name += f"_state{args.state_dim}" if args.state_dim != 15 and not goal else ""
         record(name, {"success": float(evaluate_flow(env, policy)["success"]), "bc_loss": float(np.mean(losses[-100:])),
                       "bc_s": bc_s, "frame": list(policy.image_shape), "state_dim": cfg.state_dim,
                       "demos": args.demos, "steps": args.steps})
