@@ -39,6 +39,7 @@ def main() -> None:
     parser.add_argument("--state-dim", type=int, default=15,
                         help="the VLA's proprioception: the first N of the policy group (6: joint angles and opening, "
                              "no velocities; 15: + velocities and grasp point)")
+    parser.add_argument("--pretrain-steps", type=int, default=0, help="vision pre-training on privileged state")
     parser.add_argument("--stem-stride", type=int, default=1, help="the VLA CNN's first stride")
     parser.add_argument("--eval-envs", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
@@ -78,7 +79,7 @@ def main() -> None:
             env.close()
             assert isinstance(flow, FlowPolicy)
         cfg = VLAConfig(steps=args.steps, seed=args.seed, camera=cam, state_dim=21 if goal else args.state_dim,
-                        shift=args.shift, stem_stride=args.stem_stride)
+                        shift=args.shift, stem_stride=args.stem_stride, pretrain_steps=args.pretrain_steps)
         began = time.perf_counter()
         policy, losses = train_vla_bc({args.task: data}, cfg)
         bc_s = time.perf_counter() - began
@@ -87,6 +88,7 @@ def main() -> None:
         name = f"vla_{cam.replace(',', '+')}_{size}" + ("_goal" if goal else "")
         name += f"_shift{args.shift}" if args.shift else ""
         name += f"_stem{args.stem_stride}" if args.stem_stride > 1 else ""
+        name += f"_pretrain{args.pretrain_steps}" if args.pretrain_steps else ""
         name += f"_state{args.state_dim}" if args.state_dim != 15 and not goal else ""
         record(name, {"success": float(evaluate_flow(env, policy)["success"]), "bc_loss": float(np.mean(losses[-100:])),
                       "bc_s": bc_s, "frame": list(policy.image_shape), "state_dim": cfg.state_dim,
