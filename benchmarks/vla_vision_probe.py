@@ -40,6 +40,7 @@ def main() -> None:
                         help="the VLA's proprioception: the first N of the policy group (6: joint angles and opening, "
                              "no velocities; 15: + velocities and grasp point)")
     parser.add_argument("--pretrain-steps", type=int, default=0, help="vision pre-training on privileged state")
+    parser.add_argument("--freeze-vision", action="store_true", help="keep the encoder fixed during BC")
     parser.add_argument("--stem-stride", type=int, default=1, help="the VLA CNN's first stride")
     parser.add_argument("--eval-envs", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
@@ -79,7 +80,8 @@ def main() -> None:
             env.close()
             assert isinstance(flow, FlowPolicy)
         cfg = VLAConfig(steps=args.steps, seed=args.seed, camera=cam, state_dim=21 if goal else args.state_dim,
-                        shift=args.shift, stem_stride=args.stem_stride, pretrain_steps=args.pretrain_steps)
+                        shift=args.shift, stem_stride=args.stem_stride, pretrain_steps=args.pretrain_steps,
+                        freeze_vision=args.freeze_vision)
         began = time.perf_counter()
         policy, losses = train_vla_bc({args.task: data}, cfg)
         bc_s = time.perf_counter() - began
@@ -89,6 +91,7 @@ def main() -> None:
         name += f"_shift{args.shift}" if args.shift else ""
         name += f"_stem{args.stem_stride}" if args.stem_stride > 1 else ""
         name += f"_pretrain{args.pretrain_steps}" if args.pretrain_steps else ""
+        name += "_frozen" if args.freeze_vision else ""
         name += f"_state{args.state_dim}" if args.state_dim != 15 and not goal else ""
         record(name, {"success": float(evaluate_flow(env, policy)["success"]), "bc_loss": float(np.mean(losses[-100:])),
                       "bc_s": bc_s, "frame": list(policy.image_shape), "state_dim": cfg.state_dim,

@@ -58,6 +58,7 @@ class VLAConfig(ChunkBCConfig):
     shift: int = 0                   # random-shift augmentation of BC frames, in pixels (0: none)
     stem_stride: int = 1             # the CNN's first stride: 2 halves its maps (64x64 frames at 32x32's cost)
     pretrain_steps: int = 0          # vision pre-training on the sim's privileged state before BC (0: none)
+    freeze_vision: bool = False      # keep the (pre-trained) encoder fixed during BC; it trains again under RL
 
 
 class PackedRows:
@@ -144,7 +145,13 @@ def train_vla_bc(datasets: Mapping[str, Any], cfg: VLAConfig | None = None,
     policy.obs_norm.update(rows.states)  # the state's statistics; frames scale by 1/255, tokens are ids
     if cfg.pretrain_steps:
         pretrain_vision(policy, rows, privileged, cfg)
-    return policy, fit_chunk_policy(policy, rows, torch.cat(chunks), cfg)
+    encoder = [*policy.vision.parameters(), *policy.vision_proj.parameters()]
+    for p in encoder:
+        p.requires_grad_(not cfg.freeze_vision)
+    losses = fit_chunk_policy(policy, rows, torch.cat(chunks), cfg)
+    for p in encoder:
+        p.requires_grad_(True)
+    return policy, losses
 
 
 def pretrain_vision(policy: VLAPolicy, rows: PackedRows, privileged: list[torch.Tensor], cfg: VLAConfig) -> list[float]:
