@@ -180,3 +180,17 @@ def test_vision_pretraining_regresses_the_privileged_state_from_frames():
     assert np.mean(losses[:10]) > 0.5 and np.mean(losses[-20:]) < 0.15
     with pytest.raises(ConfigError, match="privileged"):
         pretrain_vision(policy, rows, [torch.zeros(n, 0)], VLAConfig(pretrain_steps=1))
+
+
+def test_freeze_vision_keeps_the_encoder_during_bc_only():
+    """freeze_vision: BC leaves the encoder's weights as they were and trains the rest; afterwards the encoder
+    takes gradients again (RL fine-tunes it)."""
+    data = {"red": _toy_dataset(0, 1.0)}
+    cfg = VLAConfig(chunk=2, hidden=(32,), width=16, state_dim=3, steps=20, batch_size=16, freeze_vision=True)
+    torch.manual_seed(cfg.seed)
+    fresh = VLAPolicy((16, 16, 3), 3, 2, 2, cfg.max_tokens, 16, (32,), cfg.num_steps, noise_head=True,
+                      instructions=("follow the red light",), camera="side")
+    policy, _ = train_vla_bc(data, cfg, instructions={"red": "follow the red light"})
+    assert torch.equal(policy.vision[0].weight, fresh.vision[0].weight)
+    assert not torch.equal(policy.mix[1].weight, fresh.mix[1].weight)
+    assert all(p.requires_grad for p in policy.parameters())
