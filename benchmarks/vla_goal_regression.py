@@ -59,8 +59,7 @@ def main() -> None:
     generator = torch.Generator().manual_seed(args.seed)
 
     def predict(batch: torch.Tensor) -> torch.Tensor:
-        x = batch.permute(0, 3, 1, 2).float() / 255.0
-        return head(torch.nn.functional.silu(policy.vision_proj(policy.vision(x)))) * std + mean
+        return head(torch.nn.functional.silu(policy.see(batch.permute(0, 3, 1, 2).float() / 255.0))) * std + mean
 
     curve, began = [], time.perf_counter()
     for step in range(1, args.steps + 1):

@@ -47,7 +47,6 @@ def main() -> None:
     parser.add_argument("--out", default=str(OUT / "vla_vision_probe_cpu"))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    from policies.flow import FlowPolicy
     from robolearn.algos.chunk_bc import ChunkBCConfig, train_chunk_bc
     from robolearn.algos.flow_rl import evaluate_flow
     from robolearn.vla import ARM_INSTRUCTIONS, VLAConfig, VLAEnv, camera, collect_demos, train_vla_bc
@@ -78,7 +77,6 @@ def main() -> None:
             record("state_flow", {"success": float(evaluate_flow(env, flow)["success"]),
                                   "bc_loss": float(np.mean(losses[-100:])), "bc_s": time.perf_counter() - began})
             env.close()
-            assert isinstance(flow, FlowPolicy)
         cfg = VLAConfig(steps=args.steps, seed=args.seed, camera=cam, state_dim=21 if goal else args.state_dim,
                         shift=args.shift, stem_stride=args.stem_stride, pretrain_steps=args.pretrain_steps,
                         freeze_vision=args.freeze_vision)

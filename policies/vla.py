@@ -123,10 +123,14 @@ class VLAPolicy(FlowPolicy):
         return frames, tokens, obs[:, n + self.max_tokens:]
 
     # --- the prefix --------------------------------------------------------------------------------
+    def see(self, frames: torch.Tensor) -> torch.Tensor:
+        """The vision features [B, width] of frames [B, 3, H, W] in [0, 1] (`unpack`'s)."""
+        return self.vision_proj(self.vision(frames))
+
     def condition(self, obs: torch.Tensor) -> torch.Tensor:
         """The prefix features [B, width] of packed observations."""
         frames, tokens, state = self.unpack(obs)
-        vision = self.vision_proj(self.vision(frames))
+        vision = self.see(frames)
         pad = tokens == 0
         text = self.text(self.token_emb(tokens) + self.pos_emb, src_key_padding_mask=pad)
         keep = (~pad).unsqueeze(-1).float()

@@ -184,10 +184,7 @@ def pretrain_vision(policy: VLAPolicy, rows: PackedRows, privileged: list[torch.
     losses = []
     for _ in range(cfg.pretrain_steps):
         i = torch.randint(0, len(rows), (cfg.batch_size,), generator=generator)
-        frames = rows.frames[i]
-        if rows.shift:
-            frames = random_shift(frames, rows.shift, rows.generator)
-        features = policy.vision_proj(policy.vision(frames.permute(0, 3, 1, 2).float() / 255.0))
+        features = policy.see(policy.unpack(rows[i])[0])  # the BC rows' frames, shifted as BC draws them
         loss = (((head(torch.nn.functional.silu(features)) - target[i]) * mask[i]) ** 2).sum() / mask[i].sum()
         opt.zero_grad()
         loss.backward()

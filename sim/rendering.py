@@ -45,7 +45,6 @@ class Renderer:
             self._renderer.scene.flags[getattr(mujoco.mjtRndFlag, flag)] = False
         if camera is None:
             camera = 0 if model.ncam > 0 else -1
-        self.camera = camera
         self.views = [c.strip() for c in camera.split(",")] if isinstance(camera, str) else [camera]
         for view in self.views:
             if isinstance(view, str) and mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, view) < 0:
