@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,46 @@ def frames_and_goals(episodes: int, size: int, camera: str, seed: int) -> tuple[
     return frames, torch.as_tensor(np.asarray(data.observations["policy"])[index][:, GOAL], dtype=torch.float32)
 
 
+def fit_goal_regressor(frames: torch.Tensor, goals: torch.Tensor, steps: int, stem_stride: int = 1, seed: int = 0,
+                       test: tuple[torch.Tensor, torch.Tensor] | None = None, every: int = 300
+                       ) -> tuple[Callable[[torch.Tensor], torch.Tensor], list[dict]]:
+    """The VLA's encoder (`VLAPolicy.see`) + a linear head, fitted by regression of `goals` [N, 3] on `frames`
+    [N, H, W, 3] (uint8); returns `predict` (frames -> goals, metres) and a curve of the held-out error on `test`."""
+    from policies.vla import VLAPolicy
+
+    mean, std = goals.mean(0), goals.std(0)
+    torch.manual_seed(seed)
+    policy = VLAPolicy(tuple(frames.shape[1:]), 15, 6, stem_stride=stem_stride)
+    head = torch.nn.Linear(policy.vision_proj.out_features, 3)
+    params = [*policy.vision.parameters(), *policy.vision_proj.parameters(), *head.parameters()]
+    opt = torch.optim.Adam(params, lr=3e-4)
+    generator = torch.Generator().manual_seed(seed)
+
+    def predict(batch: torch.Tensor) -> torch.Tensor:
+        return head(torch.nn.functional.silu(policy.see(batch.permute(0, 3, 1, 2).float() / 255.0))) * std + mean
+
+    curve, began = [], time.perf_counter()
+    for step in range(1, steps + 1):
+        i = torch.randint(0, len(frames), (256,), generator=generator)
+        loss = (((predict(frames[i]) - goals[i]) / std) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if test is not None and step % every == 0:
+            with torch.no_grad():
+                error = torch.cat([(predict(f) - g).norm(dim=-1) for f, g in zip(test[0].split(512),
+                                                                                  test[1].split(512), strict=True)])
+            curve.append({"step": step, "train_loss": loss.item(), "heldout_median_m": error.median().item(),
+                          "heldout_mean_m": error.mean().item(), "wall_s": time.perf_counter() - began})
+            print(curve[-1], flush=True)
+
+    def frozen(batch: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return predict(batch)
+
+    return frozen, curve
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=32)
@@ -46,34 +87,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    from policies.vla import VLAPolicy
-
     frames, goals = frames_and_goals(args.demos, args.size, args.camera, args.seed)
-    test_frames, test_goals = frames_and_goals(10, args.size, args.camera, args.seed + 1)
-    mean, std = goals.mean(0), goals.std(0)
-    torch.manual_seed(args.seed)
-    policy = VLAPolicy(tuple(frames.shape[1:]), 15, 6, stem_stride=args.stem_stride)
-    head = torch.nn.Linear(policy.vision_proj.out_features, 3)
-    params = [*policy.vision.parameters(), *policy.vision_proj.parameters(), *head.parameters()]
-    opt = torch.optim.Adam(params, lr=3e-4)
-    generator = torch.Generator().manual_seed(args.seed)
-
-    def predict(batch: torch.Tensor) -> torch.Tensor:
-        return head(torch.nn.functional.silu(policy.see(batch.permute(0, 3, 1, 2).float() / 255.0))) * std + mean
-
-    curve, began = [], time.perf_counter()
-    for step in range(1, args.steps + 1):
-        i = torch.randint(0, len(frames), (256,), generator=generator)
-        loss = (((predict(frames[i]) - goals[i]) / std) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if step % 300 == 0:
-            with torch.no_grad():
-                error = (predict(test_frames) - test_goals).norm(dim=-1)
-            curve.append({"step": step, "train_loss": loss.item(), "heldout_median_m": error.median().item(),
-                          "heldout_mean_m": error.mean().item(), "wall_s": time.perf_counter() - began})
-            print(curve[-1], flush=True)
+    test = frames_and_goals(10, args.size, args.camera, args.seed + 1)
+    _, curve = fit_goal_regressor(frames, goals, args.steps, args.stem_stride, args.seed, test)
     name = f"vla_goal_regression_{args.camera.replace(',', '+')}{args.size}_stem{args.stem_stride}_cpu"
     result = {"machine": machine_info(), "config": vars(args), "frames": list(frames.shape[1:]), "curve": curve}
     (OUT / f"{name}.json").write_text(json.dumps(result, indent=1))

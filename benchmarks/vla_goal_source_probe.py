@@ -1,0 +1,154 @@
+"""Where does the goal get lost between the VLA's vision and its actions? The state flow policy (`FlowPolicy`, the
+BC that reaches 100% on arm-reach) cloned from the same scripted demos with the goal given in different ways, each
+scored on held-out starts:
+
+- `full`: proprioception + the goal + goal - grasp (the task's whole "policy" group, 21 values);
+- `goal`: proprioception + the goal (18): the policy must subtract the grasp point itself, as a VLA must;
+- `goal_noise<cm>`: the goal off by a fixed random offset per episode (N(0, sigma^2) per axis), in demos and
+  evaluation alike: how precise must a goal estimate be?
+- `goal_head`: the goal as estimated from the camera frame by the VLA's own encoder (`VLAPolicy.see` + a linear
+  head, fitted by regression on the demo frames; `vla_goal_regression.fit_goal_regressor`), every step, in demos
+  and evaluation: the VLA's feature path with BC's part replaced by a 3-value bottleneck.
+
+If `goal_head` succeeds where the VLA from pixels does not, the encoder sees well enough and the loss of the goal
+is in how BC reads the features; if it fails like `goal_noise` at the head's error, the encoder is not precise
+enough.
+
+    python benchmarks/vla_goal_source_probe.py     # -> benchmarks/results/vla_goal_source_probe_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import sim  # noqa: E402  (first: it picks the headless OpenGL before mujoco loads)
+from benchmarks.sim_throughput import machine_info  # noqa: E402
+from benchmarks.vla_goal_regression import fit_goal_regressor  # noqa: E402
+
+OUT = Path(__file__).parent / "results"
+PROPRIO, GRASP, GOAL = slice(0, 15), slice(12, 15), slice(15, 18)  # arm-reach's "policy" group (sim/tasks/arm.py)
+
+#: A view: (policy values [N, 21], frames [N, H, W, 3] uint8, per-row goal offsets [N, 3]) -> the policy's input.
+View = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class ViewEnv:
+    """`env` with its "policy" group replaced by `view` of it (and of the frame); one goal offset per env, drawn at
+    construction (evaluation plays one episode per env)."""
+
+    def __init__(self, env: Any, view: View, offsets: torch.Tensor):
+        self.env, self.view, self.offsets = env, view, offsets
+        self.num_envs, self.num_actions = env.num_envs, env.num_actions
+        self.max_episode_length, self.device, self.task = env.max_episode_length, env.device, env.task
+
+    def _view(self, obs: Any) -> TensorDict:
+        groups = {k: v for k, v in obs.items() if k != "pixels"}
+        groups["policy"] = self.view(obs["policy"], obs["pixels"], self.offsets)
+        return TensorDict(groups, batch_size=[self.num_envs])
+
+    def reset(self, seed: int | None = None, group_size: int = 1) -> TensorDict:
+        return self._view(self.env.reset(seed=seed, group_size=group_size))
+
+    def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        obs, rewards, dones, extras = self.env.step(actions)
+        return self._view(obs), rewards, dones, {**extras, "final_obs": self._view(extras["final_obs"])}
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def views(predict: Callable[[torch.Tensor], torch.Tensor], noises_cm: list[float]) -> dict[str, View]:
+    """Every variant's view of (policy values, frames, offsets)."""
+    out: dict[str, View] = {
+        "full": lambda p, f, o: p[:, :21],
+        "goal": lambda p, f, o: torch.cat([p[:, PROPRIO], p[:, GOAL]], -1),
+        "goal_head": lambda p, f, o: torch.cat([p[:, PROPRIO], predict(f)], -1),
+        "goal_head_offset": lambda p, f, o: torch.cat([p[:, PROPRIO], predict(f), predict(f) - p[:, GRASP]], -1),
+    }
+    for cm in noises_cm:
+        out[f"goal_noise{cm:g}cm"] = lambda p, f, o, s=cm / 100: torch.cat([p[:, PROPRIO], p[:, GOAL] + s * o], -1)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--demos", type=int, default=50)
+    parser.add_argument("--steps", type=int, default=2000, help="BC steps of every policy")
+    parser.add_argument("--camera", default="front")
+    parser.add_argument("--size", type=int, default=64)
+    parser.add_argument("--stem-stride", type=int, default=2)
+    parser.add_argument("--head-steps", type=int, default=1500, help="regression steps of the goal estimator")
+    parser.add_argument("--noise-cm", default="1,3,5", help="per-episode goal offsets to try, in cm")
+    parser.add_argument("--variants", default="full,goal,goal_noise,goal_head,goal_head_offset")
+    parser.add_argument("--eval-envs", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=str(OUT / "vla_goal_source_probe_cpu"))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    from robolearn.algos.chunk_bc import ChunkBCConfig, train_chunk_bc
+    from robolearn.algos.flow_rl import evaluate_flow
+    from robolearn.vla import camera, collect_demos
+
+    results: dict = {"machine": machine_info(), "config": vars(args), "variants": {}}
+    began = time.perf_counter()
+    data = collect_demos("arm-reach", args.demos, args.size, seed=args.seed, num_envs=args.demos, camera=args.camera)
+    held = collect_demos("arm-reach", 10, args.size, seed=args.seed + 1, num_envs=10, camera=args.camera)
+    print(f"demos: {data.num_steps} frames in {time.perf_counter() - began:.0f} s", flush=True)
+
+    def rows(d: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        index = np.asarray(d.obs_index)
+        return (torch.as_tensor(np.asarray(d.observations["policy"])[index], dtype=torch.float32),
+                torch.as_tensor(np.asarray(d.observations["pixels"])[index]))
+
+    policy_rows, frames = rows(data)
+    wanted = args.variants.split(",")
+    predict: Callable[[torch.Tensor], torch.Tensor] = lambda f: torch.full((len(f), 3), float("nan"))  # noqa: E731
+    if any(v.startswith("goal_head") for v in wanted):
+        began = time.perf_counter()
+        held_policy, held_frames = rows(held)
+        predict, curve = fit_goal_regressor(frames, policy_rows[:, GOAL], args.head_steps, args.stem_stride,
+                                            args.seed, (held_frames, held_policy[:, GOAL]))
+        results["goal_head"] = {"curve": curve, "fit_s": time.perf_counter() - began}
+    generator = torch.Generator().manual_seed(args.seed + 3)
+    episode_offsets = torch.randn(data.num_episodes, 3, generator=generator)
+    row_offsets = episode_offsets.repeat_interleave(torch.as_tensor(data.lengths), 0)
+    eval_offsets = torch.randn(args.eval_envs, 3, generator=generator)
+    all_views = views(predict, [float(x) for x in args.noise_cm.split(",")])
+    for name, view in all_views.items():
+        if not any(name == v or (v == "goal_noise" and name.startswith("goal_noise")) for v in wanted):
+            continue
+        began = time.perf_counter()
+        with torch.no_grad():
+            values = torch.cat([view(p, f, o) for p, f, o in zip(policy_rows.split(1024), frames.split(1024),
+                                                                 row_offsets.split(1024), strict=True)])
+        # the per-step values sit on the obs rows (an episode stores T + 1; the extra row is never an input)
+        obs = np.zeros((len(data.observations["policy"]), values.shape[1]), np.float32)
+        obs[np.asarray(data.obs_index)] = values.numpy()
+        probe = dataclasses.replace(data, observations={**data.observations, "probe": obs}, check_values=False)
+        flow, losses = train_chunk_bc(probe, ChunkBCConfig(chunk=5, num_steps=4, steps=args.steps, seed=args.seed),
+                                      group="probe")
+        env = ViewEnv(sim.make("arm-reach", num_envs=args.eval_envs, seed=args.seed + 7, nthread=1,
+                               pixels=camera(args.size, args.camera)), view, eval_offsets)
+        results["variants"][name] = {"success": float(evaluate_flow(env, flow)["success"]),
+                                     "bc_loss": float(np.mean(losses[-100:])), "inputs": int(values.shape[1]),
+                                     "wall_s": time.perf_counter() - began}
+        env.close()
+        print(name, json.dumps(results["variants"][name]), flush=True)
+        Path(args.out + ".json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
