@@ -138,9 +138,11 @@ def _actor(kind: str, cfg: Mapping[str, Any]) -> torch.nn.Module:
             net_class = {"flow": FlowPolicy, "diffusion": DiffusionPolicy, "vla": VLAPolicy}[kind]
             return net_class(**{k: v for k, v in cfg.items() if k != "kind"})
         c = cfg if "actor" in cfg else cfg[kind]  # an offline algorithm keeps its actor fields at the top level
-        actor_class = TanhGaussianActor if kind == "sac" else DeterministicActor
-        return actor_class(cfg["obs_dim"], cfg["num_actions"], tuple(c["actor_hidden"]), c["activation"],
-                           c["actor_layer_norm"], bool(c.get("normalize_states", False)))
+        args = (cfg["obs_dim"], cfg["num_actions"], tuple(c["actor_hidden"]), c["activation"], c["actor_layer_norm"],
+                bool(c.get("normalize_states", False)))
+        if kind == "sac":  # IQL's Gaussian: one log-std for all states (`actor_shared_std`)
+            return TanhGaussianActor(*args, shared_std=bool(c.get("actor_shared_std", False)))
+        return DeterministicActor(*args)
     except (TypeError, KeyError) as e:
         raise CheckpointError(f"checkpoint policy config does not fit the policy: {e}") from e
 

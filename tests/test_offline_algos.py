@@ -63,10 +63,14 @@ def np_det_actor(actor, obs: np.ndarray) -> np.ndarray:
 
 def fix_gaussian_actor(actor, mean: list[float], raw_log_std: list[float]) -> tuple[np.ndarray, np.ndarray]:
     """Make a tanh-Gaussian actor's mu and log sigma the same for every state (output layer weights 0);
-    returns mu and log sigma as the actor squashes it into [-5, 2]."""
+    returns mu and log sigma as the actor squashes it into [-5, 2] (a shared log-std is clipped, not squashed)."""
     last = actor.net.net[-1]
     with torch.no_grad():
         last.weight.zero_()
+        if actor.log_std is not None:
+            last.bias.copy_(torch.tensor(mean).view(1, 1, -1))
+            actor.log_std.copy_(torch.tensor(raw_log_std))
+            return np.array(mean), np.clip(np.array(raw_log_std), -5.0, 2.0)
         last.bias.copy_(torch.tensor(mean + raw_log_std).view(1, 1, -1))
     log_std = -5.0 + 0.5 * 7.0 * (np.tanh(np.array(raw_log_std)) + 1.0)
     return np.array(mean), log_std
@@ -191,11 +195,12 @@ def test_rebrac_losses():
         algo.update(batch)
 
 
-@pytest.mark.parametrize("actor", ["tanh_gaussian", "deterministic"])
-def test_iql_losses(actor):
+@pytest.mark.parametrize("actor, shared_std", [("tanh_gaussian", True), ("tanh_gaussian", False),
+                                               ("deterministic", False)])
+def test_iql_losses(actor, shared_std):
     torch.manual_seed(0)
     cfg = IQLConfig(actor=actor, actor_hidden=(8,), critic_hidden=(8, 8), value_hidden=(8,), expectile=0.8, beta=3.0,
-                    max_weight=100.0, reward_scale=2.0, reward_bias=-1.0)
+                    max_weight=100.0, reward_scale=2.0, reward_bias=-1.0, shared_std=shared_std)
     algo = IQL(D, A, cfg)
     randomize_targets(algo)
     batch = tiny_batch()
@@ -212,7 +217,8 @@ def test_iql_losses(actor):
     if actor == "deterministic":
         per_sample = ((np_det_actor(algo.actor, b["s"]) - b["a"]) ** 2).sum(-1)
     else:  # log-likelihood under N(tanh(mu), sigma) (CORL's Gaussian policy with a tanh'd mean)
-        mu, log_std = fix_gaussian_actor(algo.actor, [0.3, -0.2], [0.5, -0.1])
+        mu, log_std = fix_gaussian_actor(algo.actor, [0.3, -0.2], [0.5, -6.0])  # -6: a shared one clips at -5
+        assert (algo.actor.log_std is not None) == shared_std
         z = (b["a"] - np.tanh(mu)) / np.exp(log_std)
         per_sample = -(-0.5 * z**2 - log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
     assert close(algo.actor_loss(batch, adv)[0], (w * per_sample).mean())

@@ -44,6 +44,7 @@ class IQLConfig:
     normalize_states: bool = True      # CORL normalize: true (dataset mean/std, inside every network)
     actor: str = "tanh_gaussian"       # or "deterministic" (CORL iql_deterministic: true on hopper-medium(-replay))
     squashed_likelihood: bool = False  # AWR under the tanh-Gaussian itself rather than N(tanh(mu), sigma)
+    shared_std: bool = True            # CORL GaussianPolicy: log_std a parameter, one per action dim, all states
     num_critics: int = 2               # CORL TwinQ
     actor_lr: float = 3e-4             # CORL actor_lr: 3e-4
     critic_lr: float = 3e-4            # CORL qf_lr: 3e-4

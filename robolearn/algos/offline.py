@@ -50,9 +50,10 @@ def adam(params: Any, lr: float) -> torch.optim.Adam:
 def make_actor(kind: str, obs_dim: int, num_actions: int, cfg: Any) -> nn.Module:
     """The `kind` actor of `policies.ensemble` with the config's `actor_hidden`, `activation`, `actor_layer_norm`
     and `normalize_states`."""
-    actor_class = TanhGaussianActor if kind == "tanh_gaussian" else DeterministicActor
-    return actor_class(obs_dim, num_actions, tuple(cfg.actor_hidden), cfg.activation, cfg.actor_layer_norm,
-                       normalizes_states(cfg))
+    args = (obs_dim, num_actions, tuple(cfg.actor_hidden), cfg.activation, cfg.actor_layer_norm, normalizes_states(cfg))
+    if kind == "tanh_gaussian":
+        return TanhGaussianActor(*args, shared_std=getattr(cfg, "shared_std", False))
+    return DeterministicActor(*args)
 
 
 def normalizes_states(cfg: Any) -> bool:
@@ -132,6 +133,7 @@ class OfflineAlgo:
         self.config = {"obs_dim": self.obs_dim, "num_actions": self.num_actions, "actor": actor_kind,
                        "actor_hidden": list(cfg.actor_hidden), "activation": cfg.activation,
                        "actor_layer_norm": cfg.actor_layer_norm, "normalize_states": normalizes_states(cfg),
+                       "actor_shared_std": actor_kind == "tanh_gaussian" and getattr(cfg, "shared_std", False),
                        "algo": self.name, self.name: jsonable(cfg)}
 
     @torch.no_grad()
