@@ -70,17 +70,36 @@ class ViewEnv:
         self.env.close()
 
 
-def views(predict: Callable[[torch.Tensor], torch.Tensor], noises_cm: list[float]) -> dict[str, View]:
-    """Every variant's view of (policy values, frames, offsets)."""
+def views(predict: Callable[[torch.Tensor], torch.Tensor], noises_cm: list[float],
+          errors: list[torch.Tensor]) -> dict[str, View]:
+    """Every variant's view of (policy values, frames, offsets); the head's views append their estimate's error
+    (metres, per row) to `errors`."""
+
+    def estimate(p: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+        goal = predict(f)
+        errors.append((goal - p[:, GOAL]).norm(dim=-1))
+        return goal
+
     out: dict[str, View] = {
         "full": lambda p, f, o: p[:, :21],
         "goal": lambda p, f, o: torch.cat([p[:, PROPRIO], p[:, GOAL]], -1),
-        "goal_head": lambda p, f, o: torch.cat([p[:, PROPRIO], predict(f)], -1),
-        "goal_head_offset": lambda p, f, o: torch.cat([p[:, PROPRIO], predict(f), predict(f) - p[:, GRASP]], -1),
+        "goal_head": lambda p, f, o: torch.cat([p[:, PROPRIO], estimate(p, f)], -1),
+        "goal_head_offset": lambda p, f, o: torch.cat([p[:, PROPRIO], g := estimate(p, f), g - p[:, GRASP]], -1),
     }
     for cm in noises_cm:
         out[f"goal_noise{cm:g}cm"] = lambda p, f, o, s=cm / 100: torch.cat([p[:, PROPRIO], p[:, GOAL] + s * o], -1)
     return out
+
+
+def random_episodes(episodes: int, size: int, camera_name: str, seed: int) -> Any:
+    """arm-reach episodes of uniform random actions, with camera frames."""
+    from robolearn.collect import CollectConfig, PixelsConfig, collect
+    from robolearn.config import EnvConfig
+
+    pixels = PixelsConfig(enabled=True, camera=camera_name, width=size, height=size)
+    return collect(CollectConfig(env=EnvConfig(name="arm-reach", num_envs=min(episodes, 100)), kind="random",
+                                 episodes=episodes, seed=seed, progress=False, ref_min_score=0.0, ref_max_score=1.0,
+                                 pixels=pixels))
 
 
 def main() -> None:
@@ -91,6 +110,10 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--stem-stride", type=int, default=2)
     parser.add_argument("--head-steps", type=int, default=1500, help="regression steps of the goal estimator")
+    parser.add_argument("--head-demos", type=int, default=0,
+                        help="the estimator's own training episodes (one goal each; 0: the BC demos)")
+    parser.add_argument("--head-random", type=int, default=0,
+                        help="+ episodes of uniform random actions for the estimator (the gripper away from the goal)")
     parser.add_argument("--noise-cm", default="1,3,5", help="per-episode goal offsets to try, in cm")
     parser.add_argument("--variants", default="full,goal,goal_noise,goal_head,goal_head_offset")
     parser.add_argument("--eval-envs", type=int, default=50)
@@ -119,14 +142,23 @@ def main() -> None:
     if any(v.startswith("goal_head") for v in wanted):
         began = time.perf_counter()
         held_policy, held_frames = rows(held)
-        predict, curve = fit_goal_regressor(frames, policy_rows[:, GOAL], args.head_steps, args.stem_stride,
+        head_policy, head_frames = policy_rows, frames
+        if args.head_demos:  # more goals than the BC demos have (seeded apart from them and from the held-out ones)
+            head_policy, head_frames = rows(collect_demos("arm-reach", args.head_demos, args.size, seed=args.seed + 2,
+                                                          num_envs=100, camera=args.camera))
+        if args.head_random:  # frames where the gripper is not at the goal, which scripted demos seldom show
+            random_policy, random_frames = rows(random_episodes(args.head_random, args.size, args.camera,
+                                                                args.seed + 3))
+            head_policy, head_frames = torch.cat([head_policy, random_policy]), torch.cat([head_frames, random_frames])
+        predict, curve = fit_goal_regressor(head_frames, head_policy[:, GOAL], args.head_steps, args.stem_stride,
                                             args.seed, (held_frames, held_policy[:, GOAL]))
-        results["goal_head"] = {"curve": curve, "fit_s": time.perf_counter() - began}
+        results["goal_head"] = {"curve": curve, "fit_s": time.perf_counter() - began, "frames": len(head_frames)}
     generator = torch.Generator().manual_seed(args.seed + 3)
     episode_offsets = torch.randn(data.num_episodes, 3, generator=generator)
     row_offsets = episode_offsets.repeat_interleave(torch.as_tensor(data.lengths), 0)
     eval_offsets = torch.randn(args.eval_envs, 3, generator=generator)
-    all_views = views(predict, [float(x) for x in args.noise_cm.split(",")])
+    errors: list[torch.Tensor] = []
+    all_views = views(predict, [float(x) for x in args.noise_cm.split(",")], errors)
     for name, view in all_views.items():
         if not any(name == v or (v == "goal_noise" and name.startswith("goal_noise")) for v in wanted):
             continue
@@ -142,9 +174,14 @@ def main() -> None:
                                       group="probe")
         env = ViewEnv(sim.make("arm-reach", num_envs=args.eval_envs, seed=args.seed + 7, nthread=1,
                                pixels=camera(args.size, args.camera)), view, eval_offsets)
+        errors.clear()
         results["variants"][name] = {"success": float(evaluate_flow(env, flow)["success"]),
                                      "bc_loss": float(np.mean(losses[-100:])), "inputs": int(values.shape[1]),
                                      "wall_s": time.perf_counter() - began}
+        if errors:  # the estimate's error along the policy's own evaluation episodes (closed loop)
+            closed = torch.cat(errors)
+            results["variants"][name].update(closed_loop_median_m=closed.median().item(),
+                                             closed_loop_mean_m=closed.mean().item())
         env.close()
         print(name, json.dumps(results["variants"][name]), flush=True)
         Path(args.out + ".json").write_text(json.dumps(results, indent=1))
