@@ -64,10 +64,12 @@ def fit_goal_regressor(frames: torch.Tensor, goals: torch.Tensor, steps: int, st
         opt.step()
         if test is not None and step % every == 0:
             with torch.no_grad():
-                error = torch.cat([(predict(f) - g).norm(dim=-1) for f, g in zip(test[0].split(512),
-                                                                                  test[1].split(512), strict=True)])
+                diff = torch.cat([predict(f) - g for f, g in zip(test[0].split(512), test[1].split(512), strict=True)])
+            error = diff.norm(dim=-1)
             curve.append({"step": step, "train_loss": loss.item(), "heldout_median_m": error.median().item(),
-                          "heldout_mean_m": error.mean().item(), "wall_s": time.perf_counter() - began})
+                          "heldout_mean_m": error.mean().item(),
+                          "heldout_median_abs_xyz_m": diff.abs().median(0).values.tolist(),
+                          "wall_s": time.perf_counter() - began})
             print(curve[-1], flush=True)
 
     def frozen(batch: torch.Tensor) -> torch.Tensor:
