@@ -27,8 +27,10 @@ per core by default, one torch thread each) or as Ray tasks (`backend=ray`: a lo
 at `ray_address`; `pip install 'robolearn[bench]'`). A cell that fails is recorded with its error; the others go
 on. Each finished cell writes `<out>/cells/<cell>.json` (its score, the curve of (step, score), wall time,
 error); running the same command again skips the cells that finished without error with the same overrides, and
-re-runs the others from scratch, except an interrupted `finetune` cell with unchanged overrides, which continues
-from its phases' last checkpoints (the overrides a cell started with are in `<run_dir>/bench_cell.json`).
+re-runs the others from scratch, except an interrupted cell with unchanged overrides and a checkpoint: a `train`
+cell continues from its `checkpoints/latest` (`robolearn train resume=`; `checkpoint_interval` sets how much a
+stop loses), a `finetune` cell from its phases' last checkpoints (the overrides a cell started with are in
+`<run_dir>/bench_cell.json`).
 Worker output goes to `<out>/logs/<cell>.log`.
 
 The score of a run is its last `eval/normalized_score` in `metrics.jsonl` (D4RL-style, 0 = random, 100 =
@@ -209,6 +211,7 @@ def run_cell(cell: Cell) -> dict[str, Any]:
             os.chdir(cell.cwd)
     Path(cell.log).parent.mkdir(parents=True, exist_ok=True)
     Path(cell.run_dir).mkdir(parents=True, exist_ok=True)
+    resume = cell.command == "train" and _train_checkpoint(cell)  # `run` kept it: the same overrides, unfinished
     write_json(Path(cell.run_dir) / CELL_FILE, {"overrides": cell.overrides, "command": cell.command})
     with _output_to(cell.log):
         try:
@@ -219,7 +222,7 @@ def run_cell(cell: Cell) -> dict[str, Any]:
             else:
                 from robolearn.train import train
 
-                train(cell.train_args())
+                train([f"resume={cell.run_dir}"] if resume else cell.train_args())
         except Exception:
             error = traceback.format_exc()
             print(error, file=sys.stderr)
@@ -474,15 +477,24 @@ def _finished(out: Path, cell: Cell) -> bool:
 
 
 def _resumable(out: Path, cell: Cell) -> bool:
-    """Whether an unfinished cell's run folder can be continued: a `robolearn finetune` cell (which resumes its
-    phases from their last checkpoints) that was interrupted (no result, not a failure) with the same overrides."""
-    if cell.command != "finetune" or (out / "cells" / f"{cell.id}.json").exists():
+    """Whether an unfinished cell's run folder can be continued: a cell interrupted (no result, not a failure) with
+    the same overrides that is a `robolearn finetune` cell (which resumes its phases from their last checkpoints) or
+    a `robolearn train` cell with a checkpoint to resume from (`checkpoint_interval` sets how much a stop loses)."""
+    if (out / "cells" / f"{cell.id}.json").exists():
+        return False
+    if cell.command == "train" and not _train_checkpoint(cell):
         return False
     try:
         started = json.loads((Path(cell.run_dir) / CELL_FILE).read_text())
     except (OSError, json.JSONDecodeError):
         return False
     return started == {"overrides": cell.overrides, "command": cell.command}
+
+
+def _train_checkpoint(cell: Cell) -> bool:
+    """Whether a train cell's run folder has what `robolearn train resume=` needs: its config and a full checkpoint."""
+    run_dir = Path(cell.run_dir)
+    return (run_dir / "config.yaml").is_file() and (run_dir / "checkpoints" / "latest" / "trainer.json").is_file()
 
 
 def _cell(cells: Sequence[Cell], cell_id: str) -> Cell:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +94,8 @@ def test_resume_runs_only_the_unfinished_cells_as_ray_tasks(local_run):
     redo = "ppo__pendulum__seed1"
     (out / "cells" / f"{redo}.json").unlink()
     (out / "runs" / redo / "stale").write_text("left by an interrupted run")
+    for name in ("latest", "final"):  # no checkpoint to continue from: the cell starts over
+        shutil.rmtree(out / "runs" / redo / "checkpoints" / name)
     if ray is not None:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
@@ -231,9 +234,38 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
     assert main(["bench", "backend=slurm", "suite=smoke"]) == 2
 
 
+def test_an_interrupted_train_cell_continues_from_its_checkpoint(tmp_path):
+    """A train cell stopped after a checkpoint (config and `checkpoints/latest` in its folder, no result) goes on
+    from there when the bench runs again: its first iterations are not trained twice."""
+    from robolearn.bench import CELL_FILE, _resumable, run_cell
+    from robolearn.train import train
+
+    out = tmp_path / "out"
+    overrides = ["iterations=4", "checkpoint_interval=2", *TINY[1:4]]
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps({"algos": [{"name": "ppo", "overrides": ["algo=ppo"]}],
+                                "datasets": [{"name": "pendulum", "overrides": ["env=pendulum-swingup"]}],
+                                "seeds": [0], "overrides": overrides}))
+    cell = plan(load_suite(path), out)[0]
+    run = Path(cell.run_dir)
+    train([*cell.train_args(), "iterations=2"])  # what a stop after the checkpoint at iteration 2 leaves ...
+    saved = json.loads((run / "config.yaml").read_text())
+    (run / "config.yaml").write_text(json.dumps({**saved, "iterations": 4}))  # ... of a 4-iteration run
+    shutil.rmtree(run / "checkpoints" / "final")
+    (run / CELL_FILE).write_text(json.dumps({"overrides": cell.overrides, "command": "train"}))
+    first = (run / "metrics.jsonl").read_text().splitlines()
+    assert len(first) == 2 and _resumable(out, cell)
+    assert not _resumable(out, dataclasses.replace(cell, overrides=[*cell.overrides, "seed=1"]))
+    result = run_cell(cell)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert result["error"] is None and np.isfinite(result["score"])
+    assert [r["iteration"] for r in rows] == [1, 2, 3, 4] and (run / "metrics.jsonl").read_text().startswith(
+        "\n".join(first))
+
+
 def test_an_interrupted_finetune_cell_keeps_its_run_folder(tmp_path):
     """A finetune cell with no result and the same overrides continues (finetune resumes its phases); a failed one,
-    one whose overrides changed, or a train cell (which does not resume by itself) starts over."""
+    one whose overrides changed, or a train cell without a checkpoint starts over."""
     from robolearn.bench import CELL_FILE, _resumable
 
     out = tmp_path / "out"
