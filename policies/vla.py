@@ -54,11 +54,20 @@ class CharTokenizer:
 
 class SpatialSoftmax(nn.Module):
     """[B, K, H, W] feature maps -> [B, 3K]: each map's keypoint, the expected (x, y) in [-1, 1] under its softmax
-    over pixels, and its mean activation (how strongly the feature is present, which a keypoint alone drops)."""
+    over pixels, and its mean activation (how strongly the feature is present, which a keypoint alone drops).
+
+    The softmax divides each map by a learned temperature (one per map, 1 at first; Levine et al. 2016 learn it,
+    robomimic too): a keypoint is only as precise as its softmax is peaked, and sharpening through the conv
+    weights alone takes many small Adam steps, where one parameter per map can do it at once."""
+
+    def __init__(self, keypoints: int = 1):
+        super().__init__()
+        self.log_temperature = nn.Parameter(torch.zeros(keypoints))
 
     def forward(self, maps: torch.Tensor) -> torch.Tensor:
         b, k, h, w = maps.shape
-        weights = torch.softmax(maps.flatten(2), -1).view(b, k, h, w)
+        sharp = maps.flatten(2) * torch.exp(-self.log_temperature).view(1, -1, 1)
+        weights = torch.softmax(sharp, -1).view(b, k, h, w)
         ys = torch.linspace(-1.0, 1.0, h, device=maps.device, dtype=maps.dtype)
         xs = torch.linspace(-1.0, 1.0, w, device=maps.device, dtype=maps.dtype)
         return torch.cat([(weights.sum(2) * xs).sum(-1), (weights.sum(3) * ys).sum(-1), maps.mean((2, 3))], -1)
@@ -90,7 +99,7 @@ class VLAPolicy(FlowPolicy):
             nn.Conv2d(3, 32, 3, stride=stem_stride, padding=1), nn.SiLU(),  # 2: 64x64 frames at 32x32's cost
             nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.SiLU(),
             nn.Conv2d(32, 32, 3, padding=1), nn.SiLU(),
-            nn.Conv2d(32, keypoints, 1), SpatialSoftmax())
+            nn.Conv2d(32, keypoints, 1), SpatialSoftmax(keypoints))
         self.vision_proj = nn.Linear(3 * keypoints, width)
         self.token_emb = nn.Embedding(self.tokenizer.vocab_size, width, padding_idx=0)
         self.pos_emb = nn.Parameter(torch.randn(max_tokens, width) * 0.02)

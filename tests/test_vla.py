@@ -42,10 +42,16 @@ def test_tokenizer_pads_and_refuses_long_instructions():
 def test_spatial_softmax_finds_a_hot_pixel():
     maps = torch.zeros(1, 2, 5, 9)
     maps[0, 0, 1, 8] = 50.0  # row 1 of 5 (y = -0.5), last column (x = 1)
-    out = SpatialSoftmax()(maps)
+    softmax = SpatialSoftmax(2)
+    out = softmax(maps)
     torch.testing.assert_close(out[0, [0, 2]], torch.tensor([1.0, -0.5]), atol=1e-4, rtol=0)
     torch.testing.assert_close(out[0, [1, 3]], torch.zeros(2), atol=1e-6, rtol=0)  # a flat map: the centre
     torch.testing.assert_close(out[0, 4:], torch.tensor([50.0 / 45, 0.0]))         # mean activations
+    maps[0, 0, 1, 8] = 1.0  # a weak peak is blurred toward the centre, until the temperature sharpens it
+    assert softmax(maps)[0, 0] < 0.2
+    with torch.no_grad():
+        softmax.log_temperature.fill_(-4.0)
+    torch.testing.assert_close(softmax(maps)[0, [0, 2]], torch.tensor([1.0, -0.5]), atol=1e-3, rtol=0)
 
 
 def test_pack_and_unpack_round_trip():
