@@ -91,13 +91,16 @@ def views(predict: Callable[[torch.Tensor], torch.Tensor], noises_cm: list[float
     return out
 
 
-def random_episodes(episodes: int, size: int, camera_name: str, seed: int) -> Any:
-    """arm-reach episodes of uniform random actions, with camera frames."""
+def random_episodes(episodes: int, size: int, camera_name: str, seed: int, length: int = 0) -> Any:
+    """arm-reach episodes of uniform random actions, with camera frames (`length` > 0: that many steps each, so
+    more goals per rendered frame)."""
     from robolearn.collect import CollectConfig, PixelsConfig, collect
     from robolearn.config import EnvConfig
 
     pixels = PixelsConfig(enabled=True, camera=camera_name, width=size, height=size)
-    return collect(CollectConfig(env=EnvConfig(name="arm-reach", num_envs=min(episodes, 100)), kind="random",
+    overrides = {"episode_length": length} if length else {}
+    env = EnvConfig(name="arm-reach", num_envs=min(episodes, 100), overrides=overrides)
+    return collect(CollectConfig(env=env, kind="random",
                                  episodes=episodes, seed=seed, progress=False, ref_min_score=0.0, ref_max_score=1.0,
                                  pixels=pixels))
 
@@ -114,6 +117,7 @@ def main() -> None:
                         help="the estimator's own training episodes (one goal each; 0: the BC demos)")
     parser.add_argument("--head-random", type=int, default=0,
                         help="+ episodes of uniform random actions for the estimator (the gripper away from the goal)")
+    parser.add_argument("--head-random-length", type=int, default=0, help="their length in steps (0: the task's)")
     parser.add_argument("--noise-cm", default="1,3,5", help="per-episode goal offsets to try, in cm")
     parser.add_argument("--variants", default="full,goal,goal_noise,goal_head,goal_head_offset")
     parser.add_argument("--eval-envs", type=int, default=50)
@@ -148,7 +152,7 @@ def main() -> None:
                                                           num_envs=100, camera=args.camera))
         if args.head_random:  # frames where the gripper is not at the goal, which scripted demos seldom show
             random_policy, random_frames = rows(random_episodes(args.head_random, args.size, args.camera,
-                                                                args.seed + 3))
+                                                                args.seed + 3, args.head_random_length))
             head_policy, head_frames = torch.cat([head_policy, random_policy]), torch.cat([head_frames, random_frames])
         predict, curve = fit_goal_regressor(head_frames, head_policy[:, GOAL], args.head_steps, args.stem_stride,
                                             args.seed, (held_frames, held_policy[:, GOAL]))
