@@ -238,7 +238,6 @@ def test_an_interrupted_train_cell_continues_from_its_checkpoint(tmp_path):
     """A train cell stopped after a checkpoint (config and `checkpoints/latest` in its folder, no result) goes on
     from there when the bench runs again: its first iterations are not trained twice."""
     from robolearn.bench import CELL_FILE, _resumable, run_cell
-    from robolearn.train import train
 
     out = tmp_path / "out"
     overrides = ["iterations=4", "checkpoint_interval=2", *TINY[1:4]]
@@ -248,7 +247,7 @@ def test_an_interrupted_train_cell_continues_from_its_checkpoint(tmp_path):
                                 "seeds": [0], "overrides": overrides}))
     cell = plan(load_suite(path), out)[0]
     run = Path(cell.run_dir)
-    train([*cell.train_args(), "iterations=2"])  # what a stop after the checkpoint at iteration 2 leaves ...
+    assert main(["train", *cell.train_args(), "iterations=2"]) == 0  # what a stop after iteration 2's checkpoint ...
     saved = json.loads((run / "config.yaml").read_text())
     (run / "config.yaml").write_text(json.dumps({**saved, "iterations": 4}))  # ... of a 4-iteration run
     shutil.rmtree(run / "checkpoints" / "final")
