@@ -64,7 +64,9 @@ class ViewEnv:
 
     def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict[str, Any]]:
         obs, rewards, dones, extras = self.env.step(actions)
-        return self._view(obs), rewards, dones, {**extras, "final_obs": self._view(extras["final_obs"])}
+        view = self._view(obs)  # final_obs is read only where an episode ended: view it (run the estimator) then only
+        final = self._view(extras["final_obs"]) if bool(dones.any()) else view
+        return view, rewards, dones, {**extras, "final_obs": final}
 
     def close(self) -> None:
         self.env.close()
