@@ -38,38 +38,73 @@ def frames_and_goals(episodes: int, size: int, camera: str, seed: int) -> tuple[
 
 
 def fit_goal_regressor(frames: torch.Tensor, goals: torch.Tensor, steps: int, stem_stride: int = 1, seed: int = 0,
-                       test: tuple[torch.Tensor, torch.Tensor] | None = None, every: int = 300
+                       test: tuple[torch.Tensor, ...] | None = None, every: int = 300,
+                       points: torch.Tensor | None = None, point_weight: float = 1.0, lr: float = 3e-4,
                        ) -> tuple[Callable[[torch.Tensor], torch.Tensor], list[dict]]:
     """The VLA's encoder (`VLAPolicy.see`) + a linear head, fitted by regression of `goals` [N, 3] on `frames`
-    [N, H, W, 3] (uint8); returns `predict` (frames -> goals, metres) and a curve of the held-out error on `test`."""
-    from policies.vla import VLAPolicy
+    [N, H, W, 3] (uint8); returns `predict` (frames -> goals, metres) and a curve of the held-out error on `test`
+    (frames, goals[, points]).
+
+    `points` [N, K, 2]: pixel positions (`robolearn.vla.point_pixels`) that the first K keypoint maps learn to
+    point at, by cross-entropy of each map's spatial softmax against a Gaussian around its point
+    (`policies.vla.keypoint_targets`), `point_weight` times the regression loss beside it: the dense signal of a
+    pretrained detector, where the regression alone reaches a keypoint only through the linear head."""
+    from policies.vla import VLAPolicy, keypoint_targets
 
     mean, std = goals.mean(0), goals.std(0)
     torch.manual_seed(seed)
     policy = VLAPolicy(tuple(frames.shape[1:]), 15, 6, stem_stride=stem_stride)
     head = torch.nn.Linear(policy.vision_proj.out_features, 3)
     params = [*policy.vision.parameters(), *policy.vision_proj.parameters(), *head.parameters()]
-    opt = torch.optim.Adam(params, lr=3e-4)
+    opt = torch.optim.Adam(params, lr=lr)
     generator = torch.Generator().manual_seed(seed)
+    softmax = policy.vision[-1]
+
+    def encode(batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        maps = policy.keypoint_maps(batch.permute(0, 3, 1, 2).float() / 255.0)
+        return maps, head(torch.nn.functional.silu(policy.vision_proj(softmax(maps)))) * std + mean
 
     def predict(batch: torch.Tensor) -> torch.Tensor:
-        return head(torch.nn.functional.silu(policy.see(batch.permute(0, 3, 1, 2).float() / 255.0))) * std + mean
+        return encode(batch)[1]
+
+    def point_error(maps: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Each supervised keypoint's distance to its target, in pixels of the frame."""
+        k = target.shape[1]
+        h_img, w_img, _ = policy.image_shape
+        scale = torch.tensor([w_img, h_img]) / 2 * (torch.tensor(maps.shape[-1:-3:-1]) - 1) / torch.tensor(
+            maps.shape[-1:-3:-1])
+        keys = softmax(maps[:, :k]).view(len(maps), 3, k)[:, :2].transpose(1, 2)  # [B, k, 2]
+        return ((keys - policy.pixel_to_keypoint(target, maps.shape[-2:])) * scale).norm(dim=-1)
 
     curve, began = [], time.perf_counter()
     for step in range(1, steps + 1):
         i = torch.randint(0, len(frames), (256,), generator=generator)
-        loss = (((predict(frames[i]) - goals[i]) / std) ** 2).mean()
+        maps, guess = encode(frames[i])
+        loss = (((guess - goals[i]) / std) ** 2).mean()
+        if points is not None:
+            k = points.shape[1]
+            target = keypoint_targets(policy.pixel_to_keypoint(points[i], maps.shape[-2:]), maps.shape[-2:])
+            point_loss = -(target * softmax.log_weights(maps[:, :k])).sum(-1).mean()
+            loss = loss + point_weight * point_loss
         opt.zero_grad()
         loss.backward()
         opt.step()
         if test is not None and step % every == 0:
             with torch.no_grad():
-                diff = torch.cat([predict(f) - g for f, g in zip(test[0].split(512), test[1].split(512), strict=True)])
+                diffs, pixel_errors = [], []
+                for j in range(0, len(test[0]), 512):
+                    maps, guess = encode(test[0][j:j + 512])
+                    diffs.append(guess - test[1][j:j + 512])
+                    if len(test) > 2:
+                        pixel_errors.append(point_error(maps, test[2][j:j + 512]))
+            diff = torch.cat(diffs)
             error = diff.norm(dim=-1)
             curve.append({"step": step, "train_loss": loss.item(), "heldout_median_m": error.median().item(),
                           "heldout_mean_m": error.mean().item(),
                           "heldout_median_abs_xyz_m": diff.abs().median(0).values.tolist(),
                           "wall_s": time.perf_counter() - began})
+            if pixel_errors:
+                curve[-1]["heldout_keypoint_median_px"] = torch.cat(pixel_errors).median(0).values.tolist()
             print(curve[-1], flush=True)
 
     def frozen(batch: torch.Tensor) -> torch.Tensor:

@@ -64,13 +64,34 @@ class SpatialSoftmax(nn.Module):
         super().__init__()
         self.log_temperature = nn.Parameter(torch.zeros(keypoints))
 
+    def log_weights(self, maps: torch.Tensor) -> torch.Tensor:
+        """[B, K, H * W]: each map's log-softmax over its pixels (after the temperature); K may be fewer than the
+        module's keypoints (the first K)."""
+        k = maps.shape[1]
+        return torch.log_softmax(maps.flatten(2) * torch.exp(-self.log_temperature[:k]).view(1, k, 1), -1)
+
     def forward(self, maps: torch.Tensor) -> torch.Tensor:
         b, k, h, w = maps.shape
-        sharp = maps.flatten(2) * torch.exp(-self.log_temperature).view(1, -1, 1)
-        weights = torch.softmax(sharp, -1).view(b, k, h, w)
-        ys = torch.linspace(-1.0, 1.0, h, device=maps.device, dtype=maps.dtype)
-        xs = torch.linspace(-1.0, 1.0, w, device=maps.device, dtype=maps.dtype)
+        weights = self.log_weights(maps).exp().view(b, k, h, w)
+        ys, xs = grid(h, maps), grid(w, maps)
         return torch.cat([(weights.sum(2) * xs).sum(-1), (weights.sum(3) * ys).sum(-1), maps.mean((2, 3))], -1)
+
+
+def grid(n: int, like: torch.Tensor) -> torch.Tensor:
+    """The keypoint coordinates of n cells along one axis: -1 at the first cell's centre, +1 at the last's."""
+    return torch.linspace(-1.0, 1.0, n, device=like.device, dtype=like.dtype)
+
+
+def keypoint_targets(points: torch.Tensor, shape: tuple[int, int], sigma: float = 0.75) -> torch.Tensor:
+    """Target distributions [..., h * w] over an h x w map for points [..., 2] given as (x, y) in the spatial
+    softmax's coordinates ([-1, 1] across the map; `VLAPolicy.pixel_to_keypoint`): a Gaussian of `sigma` cells
+    around each, normalised, so its expected position is the point itself (sub-cell precise away from the edges)."""
+    h, w = shape
+    cell_x, cell_y = 2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)
+    gx = torch.exp(-0.5 * ((grid(w, points) - points[..., :1]) / (sigma * cell_x)) ** 2)  # [..., w]
+    gy = torch.exp(-0.5 * ((grid(h, points) - points[..., 1:]) / (sigma * cell_y)) ** 2)  # [..., h]
+    target = (gy.unsqueeze(-1) * gx.unsqueeze(-2)).flatten(-2)
+    return target / target.sum(-1, keepdim=True).clamp(min=1e-12)
 
 
 class VLAPolicy(FlowPolicy):
@@ -135,6 +156,21 @@ class VLAPolicy(FlowPolicy):
     def see(self, frames: torch.Tensor) -> torch.Tensor:
         """The vision features [B, width] of frames [B, 3, H, W] in [0, 1] (`unpack`'s)."""
         return self.vision_proj(self.vision(frames))
+
+    def keypoint_maps(self, frames: torch.Tensor) -> torch.Tensor:
+        """[B, K, h, w]: the CNN's keypoint maps before the spatial softmax, for frames [B, 3, H, W] in [0, 1]."""
+        return self.vision[:-1](frames)
+
+    def pixel_to_keypoint(self, pixels: torch.Tensor, map_shape: tuple[int, int]) -> torch.Tensor:
+        """Image positions [..., 2] (x right, y down, in pixels of the whole frame, a pixel's centre at +0.5) in the
+        spatial softmax's coordinates for maps of `map_shape` (h, w): -1 / +1 at the first / last cell's centre, a
+        cell covering H / h x W / w pixels."""
+        h_img, w_img, _ = self.image_shape
+        out = []
+        for value, size, cells in ((pixels[..., 0], w_img, map_shape[1]), (pixels[..., 1], h_img, map_shape[0])):
+            cell = value / (size / cells) - 0.5  # in cell units, 0 at the first cell's centre
+            out.append(cell * 2.0 / max(cells - 1, 1) - 1.0)
+        return torch.stack(out, -1)
 
     def condition(self, obs: torch.Tensor) -> torch.Tensor:
         """The prefix features [B, width] of packed observations."""

@@ -35,6 +35,11 @@ ARM_INSTRUCTIONS = {
 }
 #: The arm's proprioception: the first 15 values of its "policy" group (sim/tasks/arm.py).
 ARM_STATE_DIM = 15
+#: The world points in an arm frame that vision pre-training points at: each one's first column of its (x, y, z) in
+#: the task's "policy" group (sim/tasks/arm.py: the grasp point at 12, the goal at 15, the cube at 21).
+ARM_POINTS = {"arm-reach": {"gripper": 12, "goal": 15},
+              "arm-push": {"gripper": 12, "goal": 15, "cube": 21},
+              "arm-pick-place": {"gripper": 12, "goal": 15, "cube": 21}}
 CAMERA = "side"
 
 
@@ -82,6 +87,23 @@ class PackedRows:
         if self.shift:
             frames = random_shift(frames, self.shift, self.generator)
         return self.policy.pack(frames, self.states[idx], self.tokens[idx])
+
+
+def point_pixels(task: str, camera: str, size: int, policy_obs: torch.Tensor) -> torch.Tensor:
+    """Where the task's `ARM_POINTS` (read from "policy" rows [N, D]) appear in its `camera` frames of `size`
+    pixels per view: [N, P * V, 2] pixel positions in the tiled frame (x right, y down, view v's x shifted by
+    v * size; point-major: point p in view v at p * V + v), from the cameras' pinhole projection."""
+    import sim
+    from sim.rendering import project_views
+
+    if task not in ARM_POINTS:
+        raise ConfigError(f"no keypoints known for task {task!r}; known: {sorted(ARM_POINTS)}")
+    columns = list(ARM_POINTS[task].values())
+    xyz = torch.stack([policy_obs[:, c:c + 3] for c in columns], 1).double().numpy()  # [N, P, 3]
+    pixels = torch.as_tensor(project_views(sim.make_task(task), camera, xyz, size, size), dtype=torch.float32)
+    views = pixels.shape[2]
+    pixels[..., 0] += torch.arange(views, dtype=torch.float32) * size  # [N, P, V, 2]: views tiled left to right
+    return pixels.flatten(1, 2)
 
 
 def random_shift(frames: torch.Tensor, shift: int, generator: torch.Generator) -> torch.Tensor:

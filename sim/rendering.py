@@ -72,6 +72,31 @@ class Renderer:
             self._renderer = None
 
 
+def project(model: mujoco.MjModel, data: mujoco.MjData, camera: str | int, points: np.ndarray, width: int,
+            height: int) -> np.ndarray:
+    """World points [..., 3] -> [..., 2] pixel coordinates in `camera`'s width x height image (x right, y down,
+    from the top-left corner; a pixel's centre at +0.5), by the pinhole model MuJoCo renders with: the camera
+    looks along its -z axis, y up, vertical field of view `cam_fovy`. The camera's pose is `data`'s (call
+    `mj_forward` first). Points behind the camera come out mirrored; callers keep to the visible workspace."""
+    cam = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera) if isinstance(camera, str) else camera
+    if cam < 0 or cam >= model.ncam:
+        raise ConfigError(f"the model has no camera {camera!r}")
+    local = (np.asarray(points, dtype=np.float64) - data.cam_xpos[cam]) @ data.cam_xmat[cam].reshape(3, 3)
+    focal = 0.5 * height / np.tan(np.radians(model.cam_fovy[cam]) / 2)
+    depth = -local[..., 2]
+    return np.stack([0.5 * width + focal * local[..., 0] / depth, 0.5 * height - focal * local[..., 1] / depth], -1)
+
+
+def project_views(task: Task, camera: str, points: np.ndarray, width: int, height: int) -> np.ndarray:
+    """Where world points [..., 3] appear in the views of `camera` (names joined by commas, as `Renderer` tiles
+    them): [..., V, 2] pixel coordinates in each view's own width x height image (`project`), the model at its
+    initial pose (cameras fixed in the world, as the arm's; no OpenGL context is made)."""
+    model = task.mj_model
+    data = mujoco.MjData(model)
+    mujoco.mj_forward(model, data)
+    return np.stack([project(model, data, view.strip(), points, width, height) for view in camera.split(",")], -2)
+
+
 def write_video(frames: list[np.ndarray], path: str | Path, fps: int) -> Path:
     """Write frames to `path`: .mp4 (ffmpeg from imageio-ffmpeg) or .gif."""
     import warnings

@@ -1,0 +1,251 @@
+"""robolearn's offline learners against CORL's own single-file code, step by step on one dataset (issue 15).
+
+Question: when one of our learners scores differently from CORL's table on our data, is it our code or the
+algorithm on this data? Both train on the same transitions, for the same steps, from the same seed, one after
+the other in this process, one thread each. CORL's side is the file's own code (``--corl``: a checkout's
+`algorithms/offline/cql.py` or `iql.py`; its d4rl / gym / pyrallis / wandb imports stubbed since only the
+classes are used), ours is `robolearn.algos.<algo>` with its config's defaults (CORL's values):
+
+- ``--algo cql``: CORL's `ContinuousCQL` with its halfcheetah config (cql_alpha 10, 10 actions per kind,
+  importance sampling, policy lr 3e-5, qf lr 3e-4, orthogonal init, 3 hidden layers; its hard-coded width 256
+  patched to ``--hidden``) against `robolearn.algos.cql.CQL`. Logged: mean Q(s, a_data), CQL gap (logsumexp minus
+  Q(s, a_data)), log pi and temperature.
+- ``--algo iql``: CORL's `ImplicitQLearning` with its halfcheetah config (expectile 0.7, beta 3, Gaussian policy
+  with a tanh'd mean and one learned log-std, cosine actor lr over 1M steps, 2 hidden layers of ``--hidden``)
+  against `robolearn.algos.iql.IQL`. Logged: value, critic and actor losses; at each evaluation, on a fixed set
+  of 2,000 samples from each half of a medium-expert dataset (the first half of its transitions is the medium
+  policy's), the mean advantage per half and the expert half's share of the AWR weight.
+
+Both normalise states by the dataset's mean and std (+ 1e-3) and scale rewards by ``--reward-scale``; every
+``--eval-every`` steps each policy is scored deterministically on 10 episodes in our simulator (normalised by
+the dataset's reference returns).
+
+    git clone https://github.com/tinkoff-ai/CORL /tmp/CORL   # (any checkout of its algorithms/offline/)
+    .venv/bin/python benchmarks/offline_vs_corl.py --algo cql --corl /tmp/CORL/algorithms/offline/cql.py \\
+        --dataset data/d4rl-like/cheetah-run-medium-replay-v0 --steps 5000
+    .venv/bin/python benchmarks/offline_vs_corl.py --algo iql --corl /tmp/CORL/algorithms/offline/iql.py \\
+        --dataset data/d4rl-like/cheetah-run-medium-expert-v0 --steps 50000 --eval-every 10000 --reward-scale 20
+
+Results: ``results/cql_vs_corl_cpu.json``, ``results/iql_vs_corl_cpu.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import sys
+import time
+import types
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.sim_throughput import machine_info  # noqa: E402
+
+
+def load_corl(path: str, hidden: int) -> types.ModuleType:
+    """A CORL file as a module: its unused top-level imports stubbed, its hard-coded 256-wide layers `hidden` wide."""
+    for name in ("d4rl", "gym", "pyrallis", "wandb"):
+        stub = types.ModuleType(name)
+        stub.Env = object  # gym.Env in annotations
+        stub.wrap = lambda *a, **k: (lambda f: f)  # pyrallis.wrap()
+        sys.modules.setdefault(name, stub)
+    spec = importlib.util.spec_from_file_location(f"corl_{Path(path).stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    class Narrow(torch.nn.Linear):
+        """CORL's Linear layers with `hidden` in place of 256 (cql.py hard-codes its width)."""
+
+        def __init__(self, i: int, o: int, *args, **kwargs) -> None:
+            super().__init__(hidden if i == 256 else i, hidden if o == 256 else o, *args, **kwargs)
+
+    module.nn = types.SimpleNamespace(**{k: getattr(torch.nn, k) for k in dir(torch.nn) if not k.startswith("_")})
+    module.nn.Linear = Narrow
+    return module
+
+
+def corl_cql(corl: types.ModuleType, sd: int, ad: int, hidden: int):
+    """CORL's ContinuousCQL with its halfcheetah config: (train(batch) -> its log, actor, row of our names)."""
+    c1, c2 = corl.FullyConnectedQFunction(sd, ad, True, 3), corl.FullyConnectedQFunction(sd, ad, True)
+    actor = corl.TanhGaussianPolicy(sd, ad, 1.0, log_std_multiplier=1.0, orthogonal_init=True)
+    algo = corl.ContinuousCQL(
+        c1, torch.optim.Adam(c1.parameters(), 3e-4), c2, torch.optim.Adam(c2.parameters(), 3e-4), actor,
+        torch.optim.Adam(actor.parameters(), 3e-5), target_entropy=-ad, discount=0.99, policy_lr=3e-5,
+        qf_lr=3e-4, bc_steps=0, cql_alpha=10.0, cql_n_actions=10, cql_importance_sample=True)
+
+    def row(log: dict) -> dict[str, float]:
+        return {"q_data": log["average_qf1"], "gap": log["cql_qf1_diff"], "log_pi": log["log_pi"],
+                "alpha": log["alpha"]}
+
+    def act(obs: torch.Tensor) -> torch.Tensor:
+        return actor(obs, deterministic=True)[0]
+
+    return algo, act, row, None
+
+
+def corl_iql(corl: types.ModuleType, sd: int, ad: int, hidden: int):
+    """CORL's ImplicitQLearning with its halfcheetah config: (algo, deterministic act, row, advantage fn)."""
+    q, v = corl.TwinQ(sd, ad, hidden, 2), corl.ValueFunction(sd, hidden, 2)
+    actor = corl.GaussianPolicy(sd, ad, 1.0, hidden, 2)
+    algo = corl.ImplicitQLearning(
+        1.0, actor, torch.optim.Adam(actor.parameters(), 3e-4), q, torch.optim.Adam(q.parameters(), 3e-4),
+        v, torch.optim.Adam(v.parameters(), 3e-4), iql_tau=0.7, beta=3.0, max_steps=1_000_000, discount=0.99,
+        tau=0.005)
+
+    def row(log: dict) -> dict[str, float]:
+        return {"value_loss": log["value_loss"], "critic_loss": log["q_loss"], "actor_loss": log["actor_loss"]}
+
+    def act(obs: torch.Tensor) -> torch.Tensor:
+        return actor(obs).mean.clamp(-1.0, 1.0)
+
+    def advantage(obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return algo.q_target(obs, actions) - v(obs)
+
+    return algo, act, row, advantage
+
+
+def corl_side(algo_name: str, corl: types.ModuleType, batches: tuple[torch.Tensor, ...],
+              norm: tuple[torch.Tensor, torch.Tensor], hidden: int, gen: torch.Generator):
+    """CORL's learner on normalised `batches` (obs, actions, rewards, next obs, dones): a one-step function, the
+    policy (`act`, as `evaluate_policy` calls it) and an advantage function on raw observations (IQL)."""
+    sd, ad = batches[0].shape[1], batches[1].shape[1]
+    algo, act, row, advantage = {"cql": corl_cql, "iql": corl_iql}[algo_name](corl, sd, ad, hidden)
+    n = len(batches[1])
+
+    def step() -> dict[str, float]:
+        i = torch.randint(n, (256,), generator=gen)  # one draw: every tensor of the batch at the same rows
+        return row(algo.train([b[i] for b in batches]))
+
+    def policy_act(obs: dict[str, torch.Tensor], deterministic: bool = True) -> torch.Tensor:
+        return act((obs["policy"] - norm[0]) / norm[1])
+
+    raw_adv = None if advantage is None else (lambda o, a: advantage((o - norm[0]) / norm[1], a))
+    return step, types.SimpleNamespace(act=policy_act), raw_adv
+
+
+def robolearn_side(algo_name: str, data, hidden: int, scale: float, gen: torch.Generator):
+    """robolearn's learner (its config's defaults: CORL's values) with `hidden`-wide layers (CQL: 3 layers,
+    IQL: 2): a one-step function, the algorithm (its own `act`) and an advantage function (IQL)."""
+    from robolearn.algos.cql import CQL, CQLConfig
+    from robolearn.algos.iql import IQL, IQLConfig
+    from robolearn.data.dataset import to_replay_buffer
+
+    buffer = to_replay_buffer(data, ["policy"])
+    sd, ad = buffer.obs["policy"].shape[-1], buffer.actions.shape[-1]
+    if algo_name == "cql":
+        widths = (hidden,) * 3
+        algo = CQL(sd, ad, CQLConfig(actor_hidden=widths, critic_hidden=widths, reward_scale=scale))
+        names = {"q_data": "q_mean", "gap": "cql_gap", "log_pi": "entropy", "alpha": "alpha"}
+        advantage = None
+    else:
+        widths = (hidden,) * 2
+        algo = IQL(sd, ad, IQLConfig(actor_hidden=widths, critic_hidden=widths, value_hidden=widths,
+                                     reward_scale=scale))
+        names = {k: k for k in ("value_loss", "critic_loss", "actor_loss")}
+
+        def advantage(obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+            return algo.critic_target(obs, actions).min(0).values - algo.v(obs)
+    algo.fit_state_normalizer(buffer.obs["policy"][:buffer.filled])  # as `robolearn train` does
+
+    def step() -> dict[str, float]:
+        s = algo.update(buffer.sample(256, gen), gen)
+        out = {k: float(s[v]) for k, v in names.items()}
+        if "log_pi" in out:
+            out["log_pi"] = -out["log_pi"]  # our CQL logs the entropy estimate
+        return out
+
+    return step, algo, advantage
+
+
+@torch.no_grad()
+def weight_split(advantage, obs: torch.Tensor, actions: torch.Tensor, beta: float = 3.0) -> dict[str, float]:
+    """On samples whose first half is the medium policy's and second the expert's: each half's mean advantage and
+    the expert half's share of IQL's AWR weight min(exp(beta * A), 100)."""
+    adv = advantage(obs, actions)
+    w = torch.exp(beta * adv).clamp(max=100.0)
+    h = len(adv) // 2
+    return {"adv_medium": round(float(adv[:h].mean()), 2), "adv_expert": round(float(adv[h:].mean()), 2),
+            "expert_weight_share": round(float(w[h:].sum() / w.sum()), 3)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--algo", choices=("cql", "iql"), default="cql")
+    parser.add_argument("--corl", required=True, help="path to CORL's algorithms/offline/<algo>.py")
+    parser.add_argument("--dataset", default="data/d4rl-like/cheetah-run-medium-replay-v0")
+    parser.add_argument("--steps", type=int, default=5000)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--reward-scale", type=float, nargs="+", default=[1.0])
+    parser.add_argument("--log-every", type=int, default=500)
+    parser.add_argument("--eval-every", type=int, default=5000)
+    parser.add_argument("--seed", type=int, nargs="+", default=[0])
+    parser.add_argument("--sides", nargs="+", choices=("corl", "robolearn"), default=["corl", "robolearn"])
+    parser.add_argument("--out", default=None, help="default: benchmarks/results/<algo>_vs_corl_cpu.json")
+    args = parser.parse_args()
+    out = Path(args.out or f"benchmarks/results/{args.algo}_vs_corl_cpu.json")
+    torch.set_num_threads(1)
+
+    from robolearn.config import EnvConfig, make_env
+    from robolearn.data.dataset import Dataset
+    from robolearn.runners.base import evaluate_policy
+
+    data = Dataset.load(args.dataset)
+    flat = data.transitions("policy").arrays()
+    obs, nxt = flat["obs"].astype(np.float32), flat["next_obs"].astype(np.float32)
+    actions = np.clip(flat["actions"], -1.0, 1.0).astype(np.float32)
+    mean, std = obs.mean(0), obs.std(0) + 1e-3
+    as_t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    norm_obs, norm_next = as_t((obs - mean) / std), as_t((nxt - mean) / std)
+    acts, dones = as_t(actions), as_t(flat["terminated"].astype(np.float32))[:, None]
+    state_mean, state_std = as_t(mean), as_t(std)
+    halves = None
+    if "medium-expert" in args.dataset:  # fixed samples of each half for the weight split
+        rng, h = np.random.default_rng(0), len(obs) // 2
+        pick = np.concatenate([rng.choice(h, 2000, replace=False), h + rng.choice(len(obs) - h, 2000, replace=False)])
+        halves = (as_t(obs[pick]), acts[pick])
+    env = make_env(dataclasses.asdict(EnvConfig(data.metadata["task"], num_envs=10, backend="mujoco")), seed=0)
+    reference = (data.metadata["ref_min_score"], data.metadata["ref_max_score"])
+    corl = load_corl(args.corl, args.hidden)
+    runs = []
+    for seed in args.seed:
+        for scale in args.reward_scale:
+            rewards = as_t(flat["rewards"].astype(np.float32) * scale)[:, None]
+            batches = (norm_obs, acts, rewards, norm_next, dones)
+            for side in args.sides:
+                torch.manual_seed(seed)
+                gen = torch.Generator().manual_seed(seed)
+                if side == "corl":
+                    step, policy, advantage = corl_side(args.algo, corl, batches, (state_mean, state_std),
+                                                        args.hidden, gen)
+                else:
+                    step, policy, advantage = robolearn_side(args.algo, data, args.hidden, scale, gen)
+                rows, start = [], time.perf_counter()
+                acc: dict[str, list[float]] = {}
+                for it in range(1, args.steps + 1):
+                    for k, v in step().items():
+                        acc.setdefault(k, []).append(v)
+                    if it % args.log_every == 0:
+                        row = {"step": it, **{k: round(float(np.mean(v)), 3) for k, v in acc.items()}}
+                        acc = {}
+                        if it % args.eval_every == 0:
+                            row["score"] = round(evaluate_policy(env, policy, 1000, reference)["eval/normalized_score"],
+                                                 2)
+                            if advantage is not None and halves is not None:
+                                row.update(weight_split(advantage, *halves))
+                        rows.append(row)
+                        print(side, seed, scale, json.dumps(row), flush=True)
+                runs.append({"side": side, "seed": seed, "reward_scale": scale,
+                             "seconds": round(time.perf_counter() - start, 1), "rows": rows})
+                result = {"machine": machine_info(), "algo": args.algo, "dataset": args.dataset, "steps": args.steps,
+                          "hidden": args.hidden, "runs": runs}
+                out.write_text(json.dumps(result, indent=1))  # after every run: a stopped job keeps what finished
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
