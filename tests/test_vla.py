@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import sim
-from policies.vla import CharTokenizer, SpatialSoftmax, VLAPolicy
+from policies.vla import CharTokenizer, SpatialSoftmax, VLAPolicy, keypoint_targets
 from robolearn.algos.flow_rl import FlowRLConfig, finetune_flow
 from robolearn.data.dataset import Dataset
 from robolearn.errors import ConfigError
@@ -24,6 +24,7 @@ from robolearn.vla import (
     VLAEnv,
     camera,
     collect_demos,
+    point_pixels,
     pretrain_vision,
     random_shift,
     train_vla_bc,
@@ -186,6 +187,67 @@ def test_vision_pretraining_regresses_the_privileged_state_from_frames():
     assert np.mean(losses[:10]) > 0.5 and np.mean(losses[-20:]) < 0.15
     with pytest.raises(ConfigError, match="privileged"):
         pretrain_vision(policy, rows, [torch.zeros(n, 0)], VLAConfig(pretrain_steps=1))
+
+
+def test_keypoint_targets_centre_on_their_point_between_cells():
+    points = torch.tensor([[0.13, -0.4], [-0.71, 0.55]])
+    target = keypoint_targets(points, (9, 12)).view(2, 9, 12)
+    xs, ys = torch.linspace(-1, 1, 12), torch.linspace(-1, 1, 9)
+    centre = torch.stack([(target.sum(1) * xs).sum(-1), (target.sum(2) * ys).sum(-1)], -1)
+    torch.testing.assert_close(centre, points, atol=2e-3, rtol=0)
+    torch.testing.assert_close(target.sum((1, 2)), torch.ones(2))
+
+
+def test_keypoint_pretraining_points_a_map_at_its_pixel():
+    """Frames with one lit pixel at a random place: pre-training with that pixel as a keypoint target puts map 0's
+    keypoint on it (within a pixel on average), which the regression alone does not in as many steps."""
+    rng = np.random.default_rng(0)
+    n = 512
+    rows_, cols = rng.integers(1, 15, n), rng.integers(1, 15, n)
+    frames = torch.zeros(n, 16, 16, 3, dtype=torch.uint8)
+    frames[torch.arange(n), torch.as_tensor(rows_), torch.as_tensor(cols)] = 255
+    pixels = torch.as_tensor(np.stack([cols + 0.5, rows_ + 0.5], -1), dtype=torch.float32)[:, None]  # [n, 1, 2]
+
+    def error_px(policy: VLAPolicy) -> float:
+        with torch.no_grad():
+            maps = policy.keypoint_maps(frames.permute(0, 3, 1, 2).float() / 255.0)
+            keys = policy.vision[-1](maps).view(n, 3, -1)[:, :2, 0]
+            target = policy.pixel_to_keypoint(pixels[:, 0], maps.shape[-2:])
+        return float(((keys - target) * 7.5).norm(dim=-1).mean())  # 16 cells span 15 pixels between centres
+
+    errors = {}
+    for weight in (0.0, 1.0):
+        torch.manual_seed(0)
+        policy = VLAPolicy((16, 16, 3), state_dim=2, action_dim=2, chunk=2, max_tokens=8, width=16, hidden=(32,),
+                           keypoints=4)
+        rows = PackedRows(policy, frames, torch.zeros(n, 2), torch.zeros(n, 8, dtype=torch.long))
+        privileged = [torch.as_tensor(np.stack([cols, rows_], -1), dtype=torch.float32)]
+        pretrain_vision(policy, rows, privileged,
+                        VLAConfig(pretrain_steps=200, batch_size=64, lr=3e-3, keypoint_weight=weight), [pixels])
+        errors[weight] = error_px(policy)
+    assert errors[1.0] < 1.0 < errors[0.0], errors
+    with pytest.raises(ConfigError, match="keypoints"):
+        pretrain_vision(policy, rows, privileged, VLAConfig(pretrain_steps=1), [torch.zeros(n, 5, 2)])
+
+
+def test_point_pixels_land_on_the_rendered_goal():
+    """The pinhole projection of arm-reach's goal (from the policy group) against the green ball's centroid in
+    rendered front and side frames, tiled: within a pixel wherever the ball shows."""
+    env = sim.make("arm-reach", num_envs=8, seed=3, nthread=1, pixels=camera(48, "front,side"))
+    obs = env.reset(seed=1)
+    env.close()
+    pixels = point_pixels("arm-reach", "front,side", 48, obs["policy"].float())  # [8, 2 points * 2 views, 2]
+    assert pixels.shape == (8, 4, 2)
+    f = obs["pixels"].numpy().astype(int)
+    green = (f[..., 1] > 1.5 * f[..., 0] + 20) & (f[..., 1] > 1.5 * f[..., 2] + 20)
+    ys, xs = np.mgrid[0:48, 0:48]
+    for view in range(2):  # ARM_POINTS order: the gripper (maps 0, 1), then the goal (2, 3), view-minor
+        part = green[:, :, 48 * view:48 * (view + 1)]
+        n = part.sum((1, 2))
+        centroid = np.stack([(part * xs).sum((1, 2)), (part * ys).sum((1, 2))], -1) / np.maximum(n, 1)[:, None]
+        centroid = centroid + 0.5 + np.array([48 * view, 0])
+        error = np.linalg.norm(centroid - pixels[:, 2 + view].numpy(), axis=-1)[n > 0]
+        assert len(error) >= 6 and np.median(error) < 1.0, error
 
 
 def test_freeze_vision_keeps_the_encoder_during_bc_only():
