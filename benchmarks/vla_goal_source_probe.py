@@ -8,7 +8,10 @@ scored on held-out starts:
   evaluation alike: how precise must a goal estimate be?
 - `goal_head`: the goal as estimated from the camera frame by the VLA's own encoder (`VLAPolicy.see` + a linear
   head, fitted by regression on the demo frames; `vla_goal_regression.fit_goal_regressor`), every step, in demos
-  and evaluation: the VLA's feature path with BC's part replaced by a 3-value bottleneck.
+  and evaluation: the VLA's feature path with BC's part replaced by a 3-value bottleneck. `--head-random N` adds
+  frames of random-action episodes (the gripper away from the goal); `--head-keypoints W` also trains keypoint
+  maps to point at the gripper and the goal in every view (`robolearn.vla.point_pixels`), as the VLA's
+  pre-training does.
 
 If `goal_head` succeeds where the VLA from pixels does not, the encoder sees well enough and the loss of the goal
 is in how BC reads the features; if it fails like `goal_noise` at the head's error, the encoder is not precise
@@ -120,6 +123,10 @@ def main() -> None:
     parser.add_argument("--head-random", type=int, default=0,
                         help="+ episodes of uniform random actions for the estimator (the gripper away from the goal)")
     parser.add_argument("--head-random-length", type=int, default=0, help="their length in steps (0: the task's)")
+    parser.add_argument("--head-keypoints", type=float, default=0.0,
+                        help="weight of keypoint supervision for the estimator (gripper and goal in every view; "
+                             "robolearn.vla.point_pixels); 0: regression only")
+    parser.add_argument("--head-lr", type=float, default=3e-4)
     parser.add_argument("--noise-cm", default="1,3,5", help="per-episode goal offsets to try, in cm")
     parser.add_argument("--variants", default="full,goal,goal_noise,goal_head,goal_head_offset")
     parser.add_argument("--eval-envs", type=int, default=50)
@@ -129,7 +136,7 @@ def main() -> None:
     torch.set_num_threads(1)
     from robolearn.algos.chunk_bc import ChunkBCConfig, train_chunk_bc
     from robolearn.algos.flow_rl import evaluate_flow
-    from robolearn.vla import camera, collect_demos
+    from robolearn.vla import camera, collect_demos, point_pixels
 
     results: dict = {"machine": machine_info(), "config": vars(args), "variants": {}}
     began = time.perf_counter()
@@ -156,8 +163,14 @@ def main() -> None:
             random_policy, random_frames = rows(random_episodes(args.head_random, args.size, args.camera,
                                                                 args.seed + 3, args.head_random_length))
             head_policy, head_frames = torch.cat([head_policy, random_policy]), torch.cat([head_frames, random_frames])
+        points = held_points = None
+        if args.head_keypoints:
+            points = point_pixels("arm-reach", args.camera, args.size, head_policy)
+            held_points = point_pixels("arm-reach", args.camera, args.size, held_policy)
+        test = (held_frames, held_policy[:, GOAL]) + ((held_points,) if held_points is not None else ())
         predict, curve = fit_goal_regressor(head_frames, head_policy[:, GOAL], args.head_steps, args.stem_stride,
-                                            args.seed, (held_frames, held_policy[:, GOAL]))
+                                            args.seed, test, points=points, point_weight=args.head_keypoints,
+                                            lr=args.head_lr)
         results["goal_head"] = {"curve": curve, "fit_s": time.perf_counter() - began, "frames": len(head_frames)}
     generator = torch.Generator().manual_seed(args.seed + 3)
     episode_offsets = torch.randn(data.num_episodes, 3, generator=generator)
