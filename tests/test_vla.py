@@ -112,7 +112,8 @@ def test_arm_tasks_from_pixels_to_a_checkpoint_and_flow_noise_ppo(tmp_path):
     `robolearn eval` scores (it renders the same camera)."""
     data = {task: collect_demos(task, episodes=1, size=16) for task in ARM_INSTRUCTIONS}
     assert data["arm-push"].observations["pixels"].shape[1:] == (16, 16, 3)
-    policy, _ = train_vla_bc(data, VLAConfig(hidden=(64, 64), width=16, steps=20, batch_size=32))
+    # pre-training points keypoints at 2 points (reach) or 3 (push, pick-place) of the tasks' frames, masked apart
+    policy, _ = train_vla_bc(data, VLAConfig(hidden=(64, 64), width=16, steps=20, batch_size=32, pretrain_steps=2))
     assert policy.instruction == ARM_INSTRUCTIONS["arm-reach"]
     path = save_chunk_policy(tmp_path / "bc", policy, {"env": {"name": "arm-reach", "pixels": camera(16)}})
     config = json.loads((path / "config.json").read_text())
