@@ -120,6 +120,8 @@ def main() -> None:
     parser.add_argument("--head-steps", type=int, default=1500, help="regression steps of the goal estimator")
     parser.add_argument("--head-demos", type=int, default=0,
                         help="the estimator's own training episodes (one goal each; 0: the BC demos)")
+    parser.add_argument("--head-demo-noise", type=float, default=0.0,
+                        help="action noise of the --head-demos episodes (the gripper hovering around the goal)")
     parser.add_argument("--head-random", type=int, default=0,
                         help="+ episodes of uniform random actions for the estimator (the gripper away from the goal)")
     parser.add_argument("--head-random-length", type=int, default=0, help="their length in steps (0: the task's)")
@@ -157,8 +159,14 @@ def main() -> None:
         held_policy, held_frames = rows(held)
         head_policy, head_frames = policy_rows, frames
         if args.head_demos:  # more goals than the BC demos have (seeded apart from them and from the held-out ones)
-            head_policy, head_frames = rows(collect_demos("arm-reach", args.head_demos, args.size, seed=args.seed + 2,
-                                                          num_envs=100, camera=args.camera))
+            extra_policy, extra_frames = rows(collect_demos("arm-reach", args.head_demos, args.size, seed=args.seed + 2,
+                                                            num_envs=100, camera=args.camera,
+                                                            noise=args.head_demo_noise))
+            if args.head_demo_noise:  # beside the BC demos' frames, not instead
+                head_policy = torch.cat([head_policy, extra_policy])
+                head_frames = torch.cat([head_frames, extra_frames])
+            else:
+                head_policy, head_frames = extra_policy, extra_frames
         if args.head_random:  # frames where the gripper is not at the goal, which scripted demos seldom show
             random_policy, random_frames = rows(random_episodes(args.head_random, args.size, args.camera,
                                                                 args.seed + 3, args.head_random_length))
