@@ -396,6 +396,20 @@ def run_suite(cfg: BenchConfig) -> Path:
     return out
 
 
+def exit_with_parent(parent: int, poll_s: float = 1.0) -> None:
+    """In a pool worker: a daemon thread that ends the process once `parent` is gone (the worker re-parented), so
+    a bench killed from outside (SIGKILL, `pkill` of the bench alone) leaves no worker training on; a cell stopped
+    that way resumes from its last checkpoint at the next bench."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+
+
 def run_local(cells: Sequence[Cell], done: Callable[[dict[str, Any]], None], workers: int) -> None:
     """The cells in a pool of spawned worker processes; `done(result)` as each finishes. A cell whose worker
     process dies (a crash, the OOM killer) breaks the pool: the cells it took with it run again in a fresh pool,
@@ -409,7 +423,8 @@ def run_local(cells: Sequence[Cell], done: Callable[[dict[str, Any]], None], wor
     todo = list(cells)
     while todo:
         retry = []
-        pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=context)
+        pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=context,
+                                   initializer=exit_with_parent, initargs=(os.getpid(),))
         try:
             futures = {pool.submit(run_cell, cell): cell for cell in todo}
             for future in as_completed(futures):

@@ -280,3 +280,37 @@ def test_an_interrupted_finetune_cell_keeps_its_run_folder(tmp_path):
     (out / "cells").mkdir()
     (out / "cells" / f"{cell.id}.json").write_text(json.dumps({"error": "Boom"}))
     assert not _resumable(out, cell)
+
+
+def test_pool_workers_exit_when_the_bench_process_dies():
+    """A bench killed from outside (here: its process exits at once with a cell still running) leaves no worker
+    behind: each worker watches its parent and exits when it is gone."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import multiprocessing, os, sys, time\n"
+        "from concurrent.futures import ProcessPoolExecutor\n"
+        "from robolearn.bench import exit_with_parent\n"
+        "if __name__ == '__main__':\n"
+        "    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn'),\n"
+        "                               initializer=exit_with_parent, initargs=(os.getpid(), 0.1))\n"
+        "    print(pool.submit(os.getpid).result(), flush=True)\n"
+        "    pool.submit(time.sleep, 120)\n"
+        "    time.sleep(0.5)\n"
+        "    os._exit(0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[1])
+    worker = int(out.stdout.split()[0])
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(worker, 9)
+    raise AssertionError("the pool worker outlived its bench process")
