@@ -47,9 +47,9 @@ def fit_goal_regressor(frames: torch.Tensor, goals: torch.Tensor, steps: int, st
 
     `points` [N, K, 2]: pixel positions (`robolearn.vla.point_pixels`) that the first K keypoint maps learn to
     point at, by cross-entropy of each map's spatial softmax against a Gaussian around its point
-    (`policies.vla.keypoint_targets`), `point_weight` times the regression loss beside it: the dense signal of a
+    (`VLAPolicy.keypoint_loss`), `point_weight` times the regression loss beside it: the dense signal of a
     pretrained detector, where the regression alone reaches a keypoint only through the linear head."""
-    from policies.vla import VLAPolicy, keypoint_targets
+    from policies.vla import VLAPolicy
 
     mean, std = goals.mean(0), goals.std(0)
     torch.manual_seed(seed)
@@ -82,10 +82,7 @@ def fit_goal_regressor(frames: torch.Tensor, goals: torch.Tensor, steps: int, st
         maps, guess = encode(frames[i])
         loss = (((guess - goals[i]) / std) ** 2).mean()
         if points is not None:
-            k = points.shape[1]
-            target = keypoint_targets(policy.pixel_to_keypoint(points[i], maps.shape[-2:]), maps.shape[-2:])
-            point_loss = -(target * softmax.log_weights(maps[:, :k])).sum(-1).mean()
-            loss = loss + point_weight * point_loss
+            loss = loss + point_weight * policy.keypoint_loss(maps, points[i])
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -159,14 +159,9 @@ def main() -> None:
         held_policy, held_frames = rows(held)
         head_policy, head_frames = policy_rows, frames
         if args.head_demos:  # more goals than the BC demos have (seeded apart from them and from the held-out ones)
-            extra_policy, extra_frames = rows(collect_demos("arm-reach", args.head_demos, args.size, seed=args.seed + 2,
-                                                            num_envs=100, camera=args.camera,
-                                                            noise=args.head_demo_noise))
-            if args.head_demo_noise:  # beside the BC demos' frames, not instead
-                head_policy = torch.cat([head_policy, extra_policy])
-                head_frames = torch.cat([head_frames, extra_frames])
-            else:
-                head_policy, head_frames = extra_policy, extra_frames
+            head_policy, head_frames = rows(collect_demos("arm-reach", args.head_demos, args.size, seed=args.seed + 2,
+                                                          num_envs=100, camera=args.camera,
+                                                          noise=args.head_demo_noise))
         if args.head_random:  # frames where the gripper is not at the goal, which scripted demos seldom show
             random_policy, random_frames = rows(random_episodes(args.head_random, args.size, args.camera,
                                                                 args.seed + 3, args.head_random_length))

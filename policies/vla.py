@@ -172,6 +172,18 @@ class VLAPolicy(FlowPolicy):
             out.append(cell * 2.0 / max(cells - 1, 1) - 1.0)
         return torch.stack(out, -1)
 
+    def keypoint_loss(self, maps: torch.Tensor, pixels: torch.Tensor, mask: torch.Tensor | None = None
+                      ) -> torch.Tensor:
+        """Cross-entropy of the first K keypoint maps' spatial softmax (`maps` [B, >= K, h, w], `keypoint_maps`)
+        against a Gaussian around each map's pixel (`pixels` [B, K, 2], `pixel_to_keypoint`'s units;
+        `keypoint_targets`), averaged over the entries `mask` [B, K] keeps (default: all)."""
+        shape = tuple(maps.shape[-2:])
+        target = keypoint_targets(self.pixel_to_keypoint(pixels, shape), shape)
+        cross_entropy = -(target * self.vision[-1].log_weights(maps[:, :pixels.shape[1]])).sum(-1)
+        if mask is None:
+            return cross_entropy.mean()
+        return (cross_entropy * mask).sum() / mask.sum().clamp(min=1.0)
+
     def condition(self, obs: torch.Tensor) -> torch.Tensor:
         """The prefix features [B, width] of packed observations."""
         frames, tokens, state = self.unpack(obs)

@@ -203,7 +203,7 @@ def pretrain_vision(policy: VLAPolicy, rows: PackedRows, privileged: list[torch.
 
     `points` (per dataset [n, K, 2], `point_pixels`; K may be 0): the first K keypoint maps also learn to point at
     those pixels, by cross-entropy of each map's spatial softmax against a Gaussian around its point
-    (`policies.vla.keypoint_targets`), `keypoint_weight` times the regression beside it. That is the dense signal a
+    (`VLAPolicy.keypoint_loss`), `keypoint_weight` times the regression beside it. That is the dense signal a
     pretrained detector has had (PaliGemma, pi0's VLM, was trained on pointing and detection): through the
     regression alone a keypoint learns where the ball is only via the head, and on arm-reach stays 7-10 cm off;
     with the keypoints it places held-out goals within about 4 cm after 1,500 steps (README). Frames are drawn
@@ -213,8 +213,6 @@ def pretrain_vision(policy: VLAPolicy, rows: PackedRows, privileged: list[torch.
     a few pixels wide too slowly (arm-reach: 2-8 % success from pixels after 2,000-3,000 BC steps, 100 % when given
     the goal's coordinates; `benchmarks/vla_vision_probe.py`). Datasets with fewer privileged values or points are
     zero-padded and masked."""
-    from policies.vla import keypoint_targets
-
     if max(p.shape[1] for p in privileged) == 0:
         raise ConfigError("vision pre-training needs privileged state past state_dim in the datasets' policy group")
     target, mask = stack_padded(privileged)
@@ -230,7 +228,6 @@ def pretrain_vision(policy: VLAPolicy, rows: PackedRows, privileged: list[torch.
     params = [*policy.vision.parameters(), *policy.vision_proj.parameters(), *head.parameters()]
     opt = torch.optim.Adam(params, lr=cfg.lr)
     generator = torch.Generator().manual_seed(cfg.seed + 1)
-    softmax = policy.vision[-1]
     losses = []
     for _ in range(cfg.pretrain_steps):
         i = torch.randint(0, len(rows), (cfg.batch_size,), generator=generator)
@@ -239,13 +236,10 @@ def pretrain_vision(policy: VLAPolicy, rows: PackedRows, privileged: list[torch.
         else:
             frames = policy.unpack(rows[i])[0]  # the BC rows' frames, shifted as BC draws them
         maps = policy.keypoint_maps(frames)
-        features = policy.vision_proj(softmax(maps))
+        features = policy.vision_proj(policy.vision[-1](maps))
         loss = (((head(torch.nn.functional.silu(features)) - target[i]) * mask[i]) ** 2).sum() / mask[i].sum()
         if keypoints:
-            goal = keypoint_targets(policy.pixel_to_keypoint(pixels[i], maps.shape[-2:]), maps.shape[-2:])
-            cross_entropy = -(goal * softmax.log_weights(maps[:, :keypoints])).sum(-1)
-            loss = loss + cfg.keypoint_weight * (cross_entropy * pixel_mask[i]).sum() / pixel_mask[i].sum().clamp(
-                min=1.0)
+            loss = loss + cfg.keypoint_weight * policy.keypoint_loss(maps, pixels[i], pixel_mask[i])
         opt.zero_grad()
         loss.backward()
         opt.step()
