@@ -40,7 +40,7 @@ def frames_and_goals(episodes: int, size: int, camera: str, seed: int) -> tuple[
 def fit_goal_regressor(frames: torch.Tensor, goals: torch.Tensor, steps: int, stem_stride: int = 1, seed: int = 0,
                        test: tuple[torch.Tensor, ...] | None = None, every: int = 300,
                        points: torch.Tensor | None = None, point_weight: float = 1.0, lr: float = 3e-4,
-                       ) -> tuple[Callable[[torch.Tensor], torch.Tensor], list[dict]]:
+                       fine_keypoints: int = 0) -> tuple[Callable[[torch.Tensor], torch.Tensor], list[dict]]:
     """The VLA's encoder (`VLAPolicy.see`) + a linear head, fitted by regression of `goals` [N, 3] on `frames`
     [N, H, W, 3] (uint8); returns `predict` (frames -> goals, metres) and a curve of the held-out error on `test`
     (frames, goals[, points]).
@@ -53,16 +53,16 @@ def fit_goal_regressor(frames: torch.Tensor, goals: torch.Tensor, steps: int, st
 
     mean, std = goals.mean(0), goals.std(0)
     torch.manual_seed(seed)
-    policy = VLAPolicy(tuple(frames.shape[1:]), 15, 6, stem_stride=stem_stride)
+    policy = VLAPolicy(tuple(frames.shape[1:]), 15, 6, stem_stride=stem_stride, fine_keypoints=fine_keypoints)
     head = torch.nn.Linear(policy.vision_proj.out_features, 3)
-    params = [*policy.vision.parameters(), *policy.vision_proj.parameters(), *head.parameters()]
+    params = [*policy.vision_parameters(), *head.parameters()]
     opt = torch.optim.Adam(params, lr=lr)
     generator = torch.Generator().manual_seed(seed)
-    softmax = policy.vision[-1]
+    softmax = policy.pointing
 
     def encode(batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        maps = policy.keypoint_maps(batch.permute(0, 3, 1, 2).float() / 255.0)
-        return maps, head(torch.nn.functional.silu(policy.vision_proj(softmax(maps)))) * std + mean
+        maps, features = policy.encode(batch.permute(0, 3, 1, 2).float() / 255.0)
+        return maps, head(torch.nn.functional.silu(features)) * std + mean
 
     def predict(batch: torch.Tensor) -> torch.Tensor:
         return encode(batch)[1]

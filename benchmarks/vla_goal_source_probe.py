@@ -129,6 +129,9 @@ def main() -> None:
                         help="weight of keypoint supervision for the estimator (gripper and goal in every view; "
                              "robolearn.vla.point_pixels); 0: regression only")
     parser.add_argument("--head-lr", type=float, default=3e-4)
+    parser.add_argument("--head-fine", type=int, default=0,
+                        help="keypoint maps on the CNN stem's maps (VLAPolicy fine_keypoints; they take the "
+                             "supervision); 0: none")
     parser.add_argument("--noise-cm", default="1,3,5", help="per-episode goal offsets to try, in cm")
     parser.add_argument("--variants", default="full,goal,goal_noise,goal_head,goal_head_offset")
     parser.add_argument("--eval-envs", type=int, default=50)
@@ -173,7 +176,7 @@ def main() -> None:
         test = (held_frames, held_policy[:, GOAL]) + ((held_points,) if held_points is not None else ())
         predict, curve = fit_goal_regressor(head_frames, head_policy[:, GOAL], args.head_steps, args.stem_stride,
                                             args.seed, test, points=points, point_weight=args.head_keypoints,
-                                            lr=args.head_lr)
+                                            lr=args.head_lr, fine_keypoints=args.head_fine)
         results["goal_head"] = {"curve": curve, "fit_s": time.perf_counter() - began, "frames": len(head_frames)}
     generator = torch.Generator().manual_seed(args.seed + 3)
     episode_offsets = torch.randn(data.num_episodes, 3, generator=generator)

@@ -101,7 +101,7 @@ class VLAPolicy(FlowPolicy):
                  max_tokens: int = 48, width: int = 64, hidden: tuple[int, ...] = (256, 256), num_steps: int = 4,
                  noise_level: float = 0.5, noise_std: tuple[float, float] = (0.08, 0.16), noise_head: bool = False,
                  instructions: tuple[str, ...] = (), camera: str | None = None, keypoints: int = 32,
-                 stem_stride: int = 1):
+                 stem_stride: int = 1, fine_keypoints: int = 0):
         h, w, c = image_shape
         if c != 3 or min(h, w) < 16:
             raise ValueError(f"image_shape must be (H, W, 3) with H, W >= 16, got {tuple(image_shape)}")
@@ -114,14 +114,18 @@ class VLAPolicy(FlowPolicy):
                        "max_tokens": max_tokens, "width": width, "hidden": list(hidden), "num_steps": num_steps,
                        "noise_level": noise_level, "noise_std": list(noise_std), "noise_head": noise_head,
                        "instructions": list(instructions), "camera": camera, "keypoints": keypoints,
-                       "stem_stride": stem_stride}
+                       "stem_stride": stem_stride, "fine_keypoints": fine_keypoints}
         self.instruction = instructions[0] if instructions else None  # what `pack` says when no tokens are given
         self.vision = nn.Sequential(
             nn.Conv2d(3, 32, 3, stride=stem_stride, padding=1), nn.SiLU(),  # 2: 64x64 frames at 32x32's cost
             nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.SiLU(),
             nn.Conv2d(32, 32, 3, padding=1), nn.SiLU(),
             nn.Conv2d(32, keypoints, 1), SpatialSoftmax(keypoints))
-        self.vision_proj = nn.Linear(3 * keypoints, width)
+        self.fine_keypoints = fine_keypoints
+        if fine_keypoints:  # keypoints on the stem's maps: 1 or 2 pixels a cell, where the deep maps have 2-4
+            self.pointer = nn.Sequential(nn.Conv2d(32, 32, 1), nn.SiLU(), nn.Conv2d(32, fine_keypoints, 1))
+            self.pointer_softmax = SpatialSoftmax(fine_keypoints)
+        self.vision_proj = nn.Linear(3 * (keypoints + fine_keypoints), width)
         self.token_emb = nn.Embedding(self.tokenizer.vocab_size, width, padding_idx=0)
         self.pos_emb = nn.Parameter(torch.randn(max_tokens, width) * 0.02)
         self.text = nn.TransformerEncoderLayer(width, nhead=4, dim_feedforward=2 * width, dropout=0.0,
@@ -153,13 +157,36 @@ class VLAPolicy(FlowPolicy):
         return frames, tokens, obs[:, n + self.max_tokens:]
 
     # --- the prefix --------------------------------------------------------------------------------
+    def encode(self, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the pointing maps [B, K, h, w] before their spatial softmax, the vision features [B, width]) of frames
+        [B, 3, H, W] in [0, 1] (`unpack`'s). The pointing maps are those keypoint supervision trains
+        (`keypoint_loss`): the fine ones on the stem's maps when the policy has them, else the deep ones."""
+        stem = self.vision[:2](frames)
+        deep = self.vision[2:-1](stem)
+        keys = [self.vision[-1](deep)]
+        maps = deep
+        if self.fine_keypoints:
+            maps = self.pointer(stem)
+            keys.append(self.pointer_softmax(maps))
+        return maps, self.vision_proj(torch.cat(keys, -1))
+
     def see(self, frames: torch.Tensor) -> torch.Tensor:
         """The vision features [B, width] of frames [B, 3, H, W] in [0, 1] (`unpack`'s)."""
-        return self.vision_proj(self.vision(frames))
+        return self.encode(frames)[1]
 
     def keypoint_maps(self, frames: torch.Tensor) -> torch.Tensor:
-        """[B, K, h, w]: the CNN's keypoint maps before the spatial softmax, for frames [B, 3, H, W] in [0, 1]."""
-        return self.vision[:-1](frames)
+        """[B, K, h, w]: the pointing maps (`encode`) before their spatial softmax."""
+        return self.encode(frames)[0]
+
+    @property
+    def pointing(self) -> SpatialSoftmax:
+        """The spatial softmax over the pointing maps (`encode`)."""
+        return self.pointer_softmax if self.fine_keypoints else self.vision[-1]
+
+    def vision_parameters(self) -> list[nn.Parameter]:
+        """Every parameter from the frame to the vision features (CNN, keypoints, projection)."""
+        fine = [*self.pointer.parameters(), *self.pointer_softmax.parameters()] if self.fine_keypoints else []
+        return [*self.vision.parameters(), *fine, *self.vision_proj.parameters()]
 
     def pixel_to_keypoint(self, pixels: torch.Tensor, map_shape: tuple[int, int]) -> torch.Tensor:
         """Image positions [..., 2] (x right, y down, in pixels of the whole frame, a pixel's centre at +0.5) in the
@@ -179,7 +206,7 @@ class VLAPolicy(FlowPolicy):
         `keypoint_targets`), averaged over the entries `mask` [B, K] keeps (default: all)."""
         shape = tuple(maps.shape[-2:])
         target = keypoint_targets(self.pixel_to_keypoint(pixels, shape), shape)
-        cross_entropy = -(target * self.vision[-1].log_weights(maps[:, :pixels.shape[1]])).sum(-1)
+        cross_entropy = -(target * self.pointing.log_weights(maps[:, :pixels.shape[1]])).sum(-1)
         if mask is None:
             return cross_entropy.mean()
         return (cross_entropy * mask).sum() / mask.sum().clamp(min=1.0)

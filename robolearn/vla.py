@@ -62,6 +62,7 @@ class VLAConfig(ChunkBCConfig):
     camera: str = CAMERA             # the demos' camera(s): "front,side" tiles two views
     shift: int = 0                   # random-shift augmentation of BC frames, in pixels (0: none)
     stem_stride: int = 1             # the CNN's first stride: 2 halves its maps (64x64 frames at 32x32's cost)
+    fine_keypoints: int = 0          # keypoint maps on the stem's maps, which keypoint supervision then trains
     pretrain_steps: int = 0          # vision pre-training on the sim's privileged state before BC (0: none)
     keypoint_weight: float = 1.0     # pre-training also points keypoint maps at the task's ARM_POINTS (0: off)
     freeze_vision: bool = False      # keep the (pre-trained) encoder fixed during BC; it trains again under RL
@@ -164,7 +165,7 @@ def train_vla_bc(datasets: Mapping[str, Any], cfg: VLAConfig | None = None,
     policy = VLAPolicy(shapes.pop(), cfg.state_dim, chunks[0].shape[2], cfg.chunk, cfg.max_tokens, cfg.width,
                        tuple(cfg.hidden), cfg.num_steps, noise_head=cfg.noise_head,
                        instructions=tuple(instructions[n] for n in names), camera=cfg.camera,
-                       stem_stride=cfg.stem_stride)
+                       stem_stride=cfg.stem_stride, fine_keypoints=cfg.fine_keypoints)
     unique = sorted(set(texts))
     token_of = dict(zip(unique, policy.tokenizer.encode(unique), strict=True))
     rows = PackedRows(policy, torch.cat(frames), torch.cat(states), torch.stack([token_of[t] for t in texts]),
@@ -172,7 +173,7 @@ def train_vla_bc(datasets: Mapping[str, Any], cfg: VLAConfig | None = None,
     policy.obs_norm.update(rows.states)  # the state's statistics; frames scale by 1/255, tokens are ids
     if cfg.pretrain_steps:
         pretrain_vision(policy, rows, privileged, cfg, points)
-    encoder = [*policy.vision.parameters(), *policy.vision_proj.parameters()]
+    encoder = policy.vision_parameters()
     for p in encoder:
         p.requires_grad_(not cfg.freeze_vision)
     losses = fit_chunk_policy(policy, rows, torch.cat(chunks), cfg)
@@ -222,11 +223,11 @@ def pretrain_vision(policy: VLAPolicy, rows: PackedRows, privileged: list[torch.
     target = (target - mean) / std * mask
     pixels, pixel_mask = stack_padded(points) if points else (torch.zeros(len(rows), 0, 2), torch.zeros(len(rows), 0))
     keypoints = pixels.shape[1]
-    if keypoints > policy.config["keypoints"]:
-        raise ConfigError(f"{keypoints} points to learn, but the policy has {policy.config['keypoints']} keypoints")
+    available = policy.fine_keypoints or policy.config["keypoints"]
+    if keypoints > available:
+        raise ConfigError(f"{keypoints} points to learn, but the policy has {available} pointing keypoints")
     head = torch.nn.Linear(policy.vision_proj.out_features, target.shape[1])
-    params = [*policy.vision.parameters(), *policy.vision_proj.parameters(), *head.parameters()]
-    opt = torch.optim.Adam(params, lr=cfg.lr)
+    opt = torch.optim.Adam([*policy.vision_parameters(), *head.parameters()], lr=cfg.lr)
     generator = torch.Generator().manual_seed(cfg.seed + 1)
     losses = []
     for _ in range(cfg.pretrain_steps):
@@ -235,8 +236,7 @@ def pretrain_vision(policy: VLAPolicy, rows: PackedRows, privileged: list[torch.
             frames = rows.frames[i].permute(0, 3, 1, 2).float() / 255.0  # unshifted: the targets stay put
         else:
             frames = policy.unpack(rows[i])[0]  # the BC rows' frames, shifted as BC draws them
-        maps = policy.keypoint_maps(frames)
-        features = policy.vision_proj(policy.vision[-1](maps))
+        maps, features = policy.encode(frames)
         loss = (((head(torch.nn.functional.silu(features)) - target[i]) * mask[i]) ** 2).sum() / mask[i].sum()
         if keypoints:
             loss = loss + cfg.keypoint_weight * policy.keypoint_loss(maps, pixels[i], pixel_mask[i])
