@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import sim  # noqa: E402,F401  (first: it picks the headless OpenGL before mujoco loads)
 from benchmarks.sim_throughput import machine_info  # noqa: E402
-from benchmarks.vla_goal_source_probe import GOAL, random_episodes  # noqa: E402
+from benchmarks.vla_goal_source_probe import GOAL  # noqa: E402
+from robolearn.vla import collect_views  # noqa: E402
 
 OUT = Path(__file__).parent / "results"
 
@@ -59,7 +60,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     began = time.perf_counter()
-    data = random_episodes(args.episodes, args.size, "front,side", args.seed, args.length)
+    data = collect_views("arm-reach", args.episodes, args.size, args.seed, "front,side", args.length)
     index = np.asarray(data.obs_index)
     goals = np.asarray(data.observations["policy"])[index][:, GOAL]
     feats = centroids(np.asarray(data.observations["pixels"])[index], 2)

@@ -96,20 +96,6 @@ def views(predict: Callable[[torch.Tensor], torch.Tensor], noises_cm: list[float
     return out
 
 
-def random_episodes(episodes: int, size: int, camera_name: str, seed: int, length: int = 0) -> Any:
-    """arm-reach episodes of uniform random actions, with camera frames (`length` > 0: that many steps each, so
-    more goals per rendered frame)."""
-    from robolearn.collect import CollectConfig, PixelsConfig, collect
-    from robolearn.config import EnvConfig
-
-    pixels = PixelsConfig(enabled=True, camera=camera_name, width=size, height=size)
-    overrides = {"episode_length": length} if length else {}
-    env = EnvConfig(name="arm-reach", num_envs=min(episodes, 100), overrides=overrides)
-    return collect(CollectConfig(env=env, kind="random",
-                                 episodes=episodes, seed=seed, progress=False, ref_min_score=0.0, ref_max_score=1.0,
-                                 pixels=pixels))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--demos", type=int, default=50)
@@ -141,7 +127,7 @@ def main() -> None:
     torch.set_num_threads(1)
     from robolearn.algos.chunk_bc import ChunkBCConfig, train_chunk_bc
     from robolearn.algos.flow_rl import evaluate_flow
-    from robolearn.vla import camera, collect_demos, point_pixels
+    from robolearn.vla import camera, collect_demos, collect_views, point_pixels
 
     results: dict = {"machine": machine_info(), "config": vars(args), "variants": {}}
     began = time.perf_counter()
@@ -166,8 +152,8 @@ def main() -> None:
                                                           num_envs=100, camera=args.camera,
                                                           noise=args.head_demo_noise))
         if args.head_random:  # frames where the gripper is not at the goal, which scripted demos seldom show
-            random_policy, random_frames = rows(random_episodes(args.head_random, args.size, args.camera,
-                                                                args.seed + 3, args.head_random_length))
+            random_policy, random_frames = rows(collect_views("arm-reach", args.head_random, args.size, args.seed + 3,
+                                                              args.camera, args.head_random_length))
             head_policy, head_frames = torch.cat([head_policy, random_policy]), torch.cat([head_frames, random_frames])
         points = held_points = None
         if args.head_keypoints:

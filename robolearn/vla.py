@@ -118,6 +118,20 @@ def random_shift(frames: torch.Tensor, shift: int, generator: torch.Generator) -
     return frames[batch, rows[:, :, None], cols[:, None, :]]
 
 
+def collect_views(task: str, episodes: int, size: int, seed: int = 0, camera: str = CAMERA, length: int = 0,
+                  num_envs: int = 100) -> Any:
+    """`episodes` episodes of uniform random actions with camera frames (`length` > 0: that many steps each, so
+    more scenes per rendered frame): the gripper away from the goal, which scripted demos seldom show; frames for
+    vision pre-training (`train_vla_bc(pretrain_views=...)`), not for cloning."""
+    from robolearn.collect import CollectConfig, PixelsConfig, collect
+    from robolearn.config import EnvConfig
+
+    pixels = PixelsConfig(enabled=True, camera=camera, width=size, height=size)
+    env = EnvConfig(name=task, num_envs=min(episodes, num_envs), overrides={"episode_length": length} if length else {})
+    return collect(CollectConfig(env=env, kind="random", episodes=episodes, seed=seed, progress=False,
+                                 ref_min_score=0.0, ref_max_score=1.0, pixels=pixels))
+
+
 def collect_demos(task: str, episodes: int, size: int, seed: int = 0, num_envs: int = 25, noise: float = 0.0,
                   camera: str = CAMERA) -> Any:
     """`episodes` episodes of the task's scripted reference controller with camera frames of `size` pixels (per
@@ -132,9 +146,14 @@ def collect_demos(task: str, episodes: int, size: int, seed: int = 0, num_envs: 
 
 
 def train_vla_bc(datasets: Mapping[str, Any], cfg: VLAConfig | None = None,
-                 instructions: Mapping[str, str] | None = None) -> tuple[VLAPolicy, list[float]]:
+                 instructions: Mapping[str, str] | None = None,
+                 pretrain_views: Mapping[str, Any] | None = None) -> tuple[VLAPolicy, list[float]]:
     """A VLA cloned from several datasets at once, each under its instruction (`instructions[name]`, default
-    `ARM_INSTRUCTIONS`); every dataset needs a "pixels" group of one frame size and a "policy" group."""
+    `ARM_INSTRUCTIONS`); every dataset needs a "pixels" group of one frame size and a "policy" group.
+
+    `pretrain_views` (task name -> a dataset with the same groups, e.g. `collect_views`' random-action episodes):
+    more frames for vision pre-training only (`cfg.pretrain_steps`), where the demos' frames mostly show the
+    gripper at its goal. Their actions are never cloned."""
     cfg = cfg if cfg is not None else VLAConfig()
     instructions = ARM_INSTRUCTIONS if instructions is None else instructions
     if not datasets:
@@ -143,21 +162,15 @@ def train_vla_bc(datasets: Mapping[str, Any], cfg: VLAConfig | None = None,
     for name, data in datasets.items():
         if name not in instructions:
             raise ConfigError(f"no instruction for dataset {name!r}: pass instructions={{{name!r}: '...'}}")
-        missing = {"pixels", "policy"} - set(data.observations)
-        if missing:
-            raise ConfigError(f"dataset {name!r} lacks observation groups {sorted(missing)} (collect it with pixels)")
-        index = np.asarray(data.obs_index)  # each step's observation (an episode stores T + 1)
-        frames.append(torch.as_tensor(np.asarray(data.observations["pixels"])[index]))
-        policy_obs = torch.as_tensor(np.asarray(data.observations["policy"])[index], dtype=torch.float32)
-        states.append(policy_obs[:, :cfg.state_dim])
-        privileged.append(policy_obs[:, cfg.state_dim:])  # what the frame must tell: goal, cube, ...
-        if cfg.pretrain_steps and cfg.keypoint_weight > 0 and name in ARM_POINTS:  # where they are in the frame
-            points.append(point_pixels(name, cfg.camera, frames[-1].shape[1], policy_obs))
-        else:
-            points.append(torch.zeros(len(index), 0, 2))
+        view = _frames_and_labels(name, data, cfg)
+        frames.append(view[0])
+        states.append(view[1][:, :cfg.state_dim])
+        privileged.append(view[1][:, cfg.state_dim:])  # what the frame must tell: goal, cube, ...
+        points.append(view[2])
         chunks.append(action_chunks(data.actions, data.step_starts, cfg.chunk))
-        texts += [instructions[name]] * len(index)
-    shapes = {tuple(f.shape[1:]) for f in frames}
+        texts += [instructions[name]] * len(view[0])
+    views = [_frames_and_labels(name, data, cfg) for name, data in (pretrain_views or {}).items()]
+    shapes = {tuple(f.shape[1:]) for f in frames + [v[0] for v in views]}
     if len(shapes) != 1:
         raise ConfigError(f"the datasets' frames differ in size: {sorted(shapes)}")
     torch.manual_seed(cfg.seed)
@@ -172,7 +185,8 @@ def train_vla_bc(datasets: Mapping[str, Any], cfg: VLAConfig | None = None,
                       cfg.shift, cfg.seed)
     policy.obs_norm.update(rows.states)  # the state's statistics; frames scale by 1/255, tokens are ids
     if cfg.pretrain_steps:
-        pretrain_vision(policy, rows, privileged, cfg, points)
+        pretrain_vision(policy, torch.cat([rows.frames] + [v[0] for v in views]),
+                        privileged + [v[1][:, cfg.state_dim:] for v in views], cfg, points + [v[2] for v in views])
     encoder = policy.vision_parameters()
     for p in encoder:
         p.requires_grad_(not cfg.freeze_vision)
@@ -180,6 +194,22 @@ def train_vla_bc(datasets: Mapping[str, Any], cfg: VLAConfig | None = None,
     for p in encoder:
         p.requires_grad_(True)
     return policy, losses
+
+
+def _frames_and_labels(name: str, data: Any, cfg: VLAConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A pixels dataset's per-step frames [N, H, W, 3] (uint8), "policy" rows [N, D] and, when pre-training points
+    keypoints, the task's points in the frames ([N, K, 2]; K = 0 otherwise)."""
+    missing = {"pixels", "policy"} - set(data.observations)
+    if missing:
+        raise ConfigError(f"dataset {name!r} lacks observation groups {sorted(missing)} (collect it with pixels)")
+    index = np.asarray(data.obs_index)  # each step's observation (an episode stores T + 1)
+    frames = torch.as_tensor(np.asarray(data.observations["pixels"])[index])
+    policy_obs = torch.as_tensor(np.asarray(data.observations["policy"])[index], dtype=torch.float32)
+    if cfg.pretrain_steps and cfg.keypoint_weight > 0 and name in ARM_POINTS:  # where they are in the frame
+        points = point_pixels(name, cfg.camera, frames.shape[1], policy_obs)
+    else:
+        points = torch.zeros(len(index), 0, 2)
+    return frames, policy_obs, points
 
 
 def stack_padded(parts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -196,11 +226,12 @@ def stack_padded(parts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]
     return out, mask
 
 
-def pretrain_vision(policy: VLAPolicy, rows: PackedRows, privileged: list[torch.Tensor], cfg: VLAConfig,
+def pretrain_vision(policy: VLAPolicy, frames: torch.Tensor, privileged: list[torch.Tensor], cfg: VLAConfig,
                     points: list[torch.Tensor] | None = None) -> list[float]:
-    """Pre-train the vision encoder (CNN, keypoints, projection) to regress, from the frame alone, the privileged
-    state the policy does not get (each dataset's "policy" values past `state_dim`: goal, cube, their offsets),
-    standardised, through a linear head that is then dropped; returns the losses.
+    """Pre-train the vision encoder (CNN, keypoints, projection) to regress, from the frame alone (`frames` [N, H, W,
+    3] uint8, the datasets' rows one after another), the privileged state the policy does not get (each dataset's
+    "policy" values past `state_dim`: goal, cube, their offsets), standardised, through a linear head that is then
+    dropped; returns the losses.
 
     `points` (per dataset [n, K, 2], `point_pixels`; K may be 0): the first K keypoint maps also learn to point at
     those pixels, by cross-entropy of each map's spatial softmax against a Gaussian around its point
@@ -221,7 +252,10 @@ def pretrain_vision(policy: VLAPolicy, rows: PackedRows, privileged: list[torch.
     mean = (target * mask).sum(0) / count
     std = ((((target - mean) * mask) ** 2).sum(0) / count).sqrt().clamp(min=1e-3)
     target = (target - mean) / std * mask
-    pixels, pixel_mask = stack_padded(points) if points else (torch.zeros(len(rows), 0, 2), torch.zeros(len(rows), 0))
+    if len(target) != len(frames):
+        raise ConfigError(f"{len(frames)} frames but {len(target)} rows of privileged state")
+    pixels, pixel_mask = stack_padded(points) if points else (torch.zeros(len(frames), 0, 2),
+                                                              torch.zeros(len(frames), 0))
     keypoints = pixels.shape[1]
     available = policy.fine_keypoints or policy.config["keypoints"]
     if keypoints > available:
@@ -231,12 +265,11 @@ def pretrain_vision(policy: VLAPolicy, rows: PackedRows, privileged: list[torch.
     generator = torch.Generator().manual_seed(cfg.seed + 1)
     losses = []
     for _ in range(cfg.pretrain_steps):
-        i = torch.randint(0, len(rows), (cfg.batch_size,), generator=generator)
-        if keypoints:
-            frames = rows.frames[i].permute(0, 3, 1, 2).float() / 255.0  # unshifted: the targets stay put
-        else:
-            frames = policy.unpack(rows[i])[0]  # the BC rows' frames, shifted as BC draws them
-        maps, features = policy.encode(frames)
+        i = torch.randint(0, len(frames), (cfg.batch_size,), generator=generator)
+        batch = frames[i]
+        if cfg.shift and not keypoints:  # shifted as BC draws them; with keypoints unshifted, the targets stay put
+            batch = random_shift(batch, cfg.shift, generator)
+        maps, features = policy.encode(batch.permute(0, 3, 1, 2).float() / 255.0)
         loss = (((head(torch.nn.functional.silu(features)) - target[i]) * mask[i]) ** 2).sum() / mask[i].sum()
         if keypoints:
             loss = loss + cfg.keypoint_weight * policy.keypoint_loss(maps, pixels[i], pixel_mask[i])

@@ -19,7 +19,6 @@ from robolearn.evaluate import evaluate
 from robolearn.policy_io import load_policy, save_chunk_policy
 from robolearn.vla import (
     ARM_INSTRUCTIONS,
-    PackedRows,
     VLAConfig,
     VLAEnv,
     camera,
@@ -182,12 +181,11 @@ def test_vision_pretraining_regresses_the_privileged_state_from_frames():
     frames[torch.arange(n), 8, torch.as_tensor(cols)] = 255
     policy = VLAPolicy((16, 16, 3), state_dim=2, action_dim=2, chunk=2, max_tokens=8, width=16, hidden=(32,),
                        keypoints=8)
-    rows = PackedRows(policy, frames, torch.zeros(n, 2), torch.zeros(n, 8, dtype=torch.long))
     privileged = [torch.as_tensor(cols, dtype=torch.float32)[:, None]]
-    losses = pretrain_vision(policy, rows, privileged, VLAConfig(pretrain_steps=300, batch_size=64, lr=3e-3))
+    losses = pretrain_vision(policy, frames, privileged, VLAConfig(pretrain_steps=300, batch_size=64, lr=3e-3))
     assert np.mean(losses[:10]) > 0.5 and np.mean(losses[-20:]) < 0.15
     with pytest.raises(ConfigError, match="privileged"):
-        pretrain_vision(policy, rows, [torch.zeros(n, 0)], VLAConfig(pretrain_steps=1))
+        pretrain_vision(policy, frames, [torch.zeros(n, 0)], VLAConfig(pretrain_steps=1))
 
 
 def test_keypoint_targets_centre_on_their_point_between_cells():
@@ -224,15 +222,14 @@ def test_keypoint_pretraining_points_a_map_at_its_pixel(fine: int):
         torch.manual_seed(0)
         policy = VLAPolicy((16, 16, 3), state_dim=2, action_dim=2, chunk=2, max_tokens=8, width=16, hidden=(32,),
                            keypoints=4, fine_keypoints=fine)
-        rows = PackedRows(policy, frames, torch.zeros(n, 2), torch.zeros(n, 8, dtype=torch.long))
         privileged = [torch.as_tensor(np.stack([cols, rows_], -1), dtype=torch.float32)]
-        pretrain_vision(policy, rows, privileged,
+        pretrain_vision(policy, frames, privileged,
                         VLAConfig(pretrain_steps=200, batch_size=64, lr=3e-3, keypoint_weight=weight), [pixels])
         errors[weight] = error_px(policy)
     assert errors[1.0] < (0.5 if fine else 1.0), errors
     assert fine or errors[0.0] > 1.0, errors  # (the stem's map finds a lit pixel by regression alone: 0.43)
     with pytest.raises(ConfigError, match="keypoints"):
-        pretrain_vision(policy, rows, privileged, VLAConfig(pretrain_steps=1), [torch.zeros(n, 5, 2)])
+        pretrain_vision(policy, frames, privileged, VLAConfig(pretrain_steps=1), [torch.zeros(n, 5, 2)])
 
 
 def test_point_pixels_land_on_the_rendered_goal():
@@ -267,3 +264,19 @@ def test_freeze_vision_keeps_the_encoder_during_bc_only():
     assert torch.equal(policy.vision[0].weight, fresh.vision[0].weight)
     assert not torch.equal(policy.mix[1].weight, fresh.mix[1].weight)
     assert all(p.requires_grad for p in policy.parameters())
+
+
+def test_pretrain_views_join_vision_pretraining_only():
+    """`pretrain_views`: more frames (and their privileged state) for vision pre-training, never cloned; they change
+    the pre-trained encoder, and frames of another size are refused."""
+    data = {"red": _toy_dataset(0, 1.0)}
+    words = {"red": "follow the red light"}
+    cfg = VLAConfig(chunk=2, hidden=(32,), width=16, state_dim=2, steps=5, batch_size=16, pretrain_steps=20,
+                    freeze_vision=True)
+    plain, _ = train_vla_bc(data, cfg, instructions=words)
+    views, _ = train_vla_bc(data, cfg, instructions=words, pretrain_views={"red": _toy_dataset(1, 1.0, episodes=8)})
+    assert not torch.equal(plain.vision[0].weight, views.vision[0].weight)
+    small = _toy_dataset(1, 1.0)
+    small.observations["pixels"] = small.observations["pixels"][:, :8, :8]
+    with pytest.raises(ConfigError, match="differ in size"):
+        train_vla_bc(data, cfg, instructions=words, pretrain_views={"red": small})
