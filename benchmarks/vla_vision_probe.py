@@ -42,6 +42,10 @@ def main() -> None:
     parser.add_argument("--pretrain-steps", type=int, default=0, help="vision pre-training on privileged state")
     parser.add_argument("--freeze-vision", action="store_true", help="keep the encoder fixed during BC")
     parser.add_argument("--stem-stride", type=int, default=1, help="the VLA CNN's first stride")
+    parser.add_argument("--fine-keypoints", type=int, default=0, help="pointing maps on the CNN stem (VLAConfig)")
+    parser.add_argument("--pretrain-random", type=int, default=0,
+                        help="+ random-action episodes' frames for pre-training (train_vla_bc pretrain_views)")
+    parser.add_argument("--pretrain-random-length", type=int, default=10, help="their length in steps")
     parser.add_argument("--eval-envs", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(OUT / "vla_vision_probe_cpu"))
@@ -49,7 +53,7 @@ def main() -> None:
     torch.set_num_threads(1)
     from robolearn.algos.chunk_bc import ChunkBCConfig, train_chunk_bc
     from robolearn.algos.flow_rl import evaluate_flow
-    from robolearn.vla import ARM_INSTRUCTIONS, VLAConfig, VLAEnv, camera, collect_demos, train_vla_bc
+    from robolearn.vla import ARM_INSTRUCTIONS, VLAConfig, VLAEnv, camera, collect_demos, collect_views, train_vla_bc
 
     words = ARM_INSTRUCTIONS[args.task]
     results: dict = {"machine": machine_info(), "config": vars(args), "variants": {}}
@@ -79,9 +83,13 @@ def main() -> None:
             env.close()
         cfg = VLAConfig(steps=args.steps, seed=args.seed, camera=cam, state_dim=21 if goal else args.state_dim,
                         shift=args.shift, stem_stride=args.stem_stride, pretrain_steps=args.pretrain_steps,
-                        freeze_vision=args.freeze_vision)
+                        freeze_vision=args.freeze_vision, fine_keypoints=args.fine_keypoints)
+        views = None
+        if args.pretrain_random and args.pretrain_steps:  # the gripper away from the goal, which demos seldom show
+            views = {args.task: collect_views(args.task, args.pretrain_random, size, args.seed + 3, cam,
+                                              args.pretrain_random_length)}
         began = time.perf_counter()
-        policy, losses = train_vla_bc({args.task: data}, cfg)
+        policy, losses = train_vla_bc({args.task: data}, cfg, pretrain_views=views)
         bc_s = time.perf_counter() - began
         env = VLAEnv(sim.make(args.task, num_envs=args.eval_envs, seed=args.seed + 7, nthread=1,
                               pixels=camera(size, cam)), policy, words)
@@ -89,6 +97,8 @@ def main() -> None:
         name += f"_shift{args.shift}" if args.shift else ""
         name += f"_stem{args.stem_stride}" if args.stem_stride > 1 else ""
         name += f"_pretrain{args.pretrain_steps}" if args.pretrain_steps else ""
+        name += f"_random{args.pretrain_random}" if views else ""
+        name += f"_fine{args.fine_keypoints}" if args.fine_keypoints else ""
         name += "_frozen" if args.freeze_vision else ""
         name += f"_state{args.state_dim}" if args.state_dim != 15 and not goal else ""
         record(name, {"success": float(evaluate_flow(env, policy)["success"]), "bc_loss": float(np.mean(losses[-100:])),
