@@ -40,7 +40,8 @@ def frames_and_goals(episodes: int, size: int, camera: str, seed: int) -> tuple[
 def fit_goal_regressor(frames: torch.Tensor, goals: torch.Tensor, steps: int, stem_stride: int = 1, seed: int = 0,
                        test: tuple[torch.Tensor, ...] | None = None, every: int = 300,
                        points: torch.Tensor | None = None, point_weight: float = 1.0, lr: float = 3e-4,
-                       fine_keypoints: int = 0) -> tuple[Callable[[torch.Tensor], torch.Tensor], list[dict]]:
+                       fine_keypoints: int = 0, camera: str | None = None,
+                       ) -> tuple[Callable[[torch.Tensor], torch.Tensor], list[dict]]:
     """The VLA's encoder (`VLAPolicy.see`) + a linear head, fitted by regression of `goals` [N, 3] on `frames`
     [N, H, W, 3] (uint8); returns `predict` (frames -> goals, metres) and a curve of the held-out error on `test`
     (frames, goals[, points]).
@@ -53,7 +54,8 @@ def fit_goal_regressor(frames: torch.Tensor, goals: torch.Tensor, steps: int, st
 
     mean, std = goals.mean(0), goals.std(0)
     torch.manual_seed(seed)
-    policy = VLAPolicy(tuple(frames.shape[1:]), 15, 6, stem_stride=stem_stride, fine_keypoints=fine_keypoints)
+    policy = VLAPolicy(tuple(frames.shape[1:]), 15, 6, stem_stride=stem_stride, fine_keypoints=fine_keypoints,
+                       camera=camera)  # (its views: fine keypoint k looks in view k mod views)
     head = torch.nn.Linear(policy.vision_proj.out_features, 3)
     params = [*policy.vision_parameters(), *head.parameters()]
     opt = torch.optim.Adam(params, lr=lr)

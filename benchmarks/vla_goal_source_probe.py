@@ -162,7 +162,8 @@ def main() -> None:
         test = (held_frames, held_policy[:, GOAL]) + ((held_points,) if held_points is not None else ())
         predict, curve = fit_goal_regressor(head_frames, head_policy[:, GOAL], args.head_steps, args.stem_stride,
                                             args.seed, test, points=points, point_weight=args.head_keypoints,
-                                            lr=args.head_lr, fine_keypoints=args.head_fine)
+                                            lr=args.head_lr, fine_keypoints=args.head_fine,
+                                            camera=args.camera)
         results["goal_head"] = {"curve": curve, "fit_s": time.perf_counter() - began, "frames": len(head_frames)}
     generator = torch.Generator().manual_seed(args.seed + 3)
     episode_offsets = torch.randn(data.num_episodes, 3, generator=generator)

@@ -6,7 +6,10 @@ that prefix:
 
 - vision: a camera frame (uint8 RGB [H, W, 3]) through a small CNN whose last feature maps become keypoints by a
   spatial softmax (each map's expected image coordinates, Levine et al. 2016; robomimic's visuomotor default), to
-  `width` features: a goal marker a few pixels wide is a position, which a flattened feature map localises poorly;
+  `width` features: a goal marker a few pixels wide is a position, which a flattened feature map localises poorly.
+  `fine_keypoints` adds pointing maps on the stem's features (1-2 pixels a cell, each looking in one view of
+  tiled cameras, read near their peak): trained to point at the task's objects (`keypoint_loss`), they place
+  them within a pixel after a few hundred steps, where the deep maps (2-4 pixels a cell) stay 3-5 pixels off;
 - language: the instruction, tokenised by characters (`CharTokenizer`), through a one-layer transformer encoder
   with learned positions, mean-pooled over its real tokens (padding masked) to `width` features;
 - state: the robot's proprioception (`state_dim` values, normalised by its dataset statistics) to `width` features.
@@ -60,21 +63,46 @@ class SpatialSoftmax(nn.Module):
     robomimic too): a keypoint is only as precise as its softmax is peaked, and sharpening through the conv
     weights alone takes many small Adam steps, where one parameter per map can do it at once."""
 
-    def __init__(self, keypoints: int = 1):
+    def __init__(self, keypoints: int = 1, temperature: float = 1.0, window: int = 0, views: int = 1):
         super().__init__()
-        self.log_temperature = nn.Parameter(torch.zeros(keypoints))
+        self.log_temperature = nn.Parameter(torch.full((keypoints,), float(torch.log(torch.tensor(temperature)))))
+        self.window, self.views = window, views
+
+    def outside(self, maps: torch.Tensor) -> torch.Tensor | None:
+        """[1, K, 1, W] True where a column is not in map k's view (`views` > 1: frames tiled side by side, map k
+        looks in view k mod views only); None for one view."""
+        if self.views == 1:
+            return None
+        k, w = maps.shape[1], maps.shape[-1]
+        column_view = torch.arange(w, device=maps.device) * self.views // w
+        return column_view.view(1, 1, 1, w) != (torch.arange(k, device=maps.device) % self.views).view(1, k, 1, 1)
 
     def log_weights(self, maps: torch.Tensor) -> torch.Tensor:
-        """[B, K, H * W]: each map's log-softmax over its pixels (after the temperature); K may be fewer than the
-        module's keypoints (the first K)."""
+        """[B, K, H * W]: each map's log-softmax over its pixels (after the temperature; outside its view about
+        -1e4); K may be fewer than the module's keypoints (the first K)."""
         k = maps.shape[1]
-        return torch.log_softmax(maps.flatten(2) * torch.exp(-self.log_temperature[:k]).view(1, k, 1), -1)
+        logits = maps * torch.exp(-self.log_temperature[:k]).view(1, k, 1, 1)
+        outside = self.outside(maps)
+        if outside is not None:
+            logits = logits.masked_fill(outside, -1e4)
+        return torch.log_softmax(logits.flatten(2), -1)
 
     def forward(self, maps: torch.Tensor) -> torch.Tensor:
         b, k, h, w = maps.shape
         weights = self.log_weights(maps).exp().view(b, k, h, w)
         ys, xs = grid(h, maps), grid(w, maps)
-        return torch.cat([(weights.sum(2) * xs).sum(-1), (weights.sum(3) * ys).sum(-1), maps.mean((2, 3))], -1)
+        if self.window:  # the expectation within `window` cells of the peak: mass spread over a big map pulls
+            peak = weights.flatten(2).argmax(-1)  # the plain expectation toward the centre
+            near_y = ((torch.arange(h, device=maps.device) - (peak // w).unsqueeze(-1)).abs() <= self.window)
+            near_x = ((torch.arange(w, device=maps.device) - (peak % w).unsqueeze(-1)).abs() <= self.window)
+            weights = weights * (near_y.unsqueeze(-1) & near_x.unsqueeze(-2))
+            weights = weights / weights.sum((2, 3), keepdim=True).clamp(min=1e-12)
+        outside = self.outside(maps)
+        if outside is None:
+            mean = maps.mean((2, 3))
+        else:  # over the map's own view
+            mean = maps.masked_fill(outside, 0.0).sum((2, 3)) * self.views / (h * w)
+        return torch.cat([(weights.sum(2) * xs).sum(-1), (weights.sum(3) * ys).sum(-1), mean], -1)
 
 
 def grid(n: int, like: torch.Tensor) -> torch.Tensor:
@@ -123,8 +151,9 @@ class VLAPolicy(FlowPolicy):
             nn.Conv2d(32, keypoints, 1), SpatialSoftmax(keypoints))
         self.fine_keypoints = fine_keypoints
         if fine_keypoints:  # keypoints on the stem's maps: 1 or 2 pixels a cell, where the deep maps have 2-4
+            views = len(camera.split(",")) if camera else 1  # fine map k looks in view k mod views
             self.pointer = nn.Sequential(nn.Conv2d(32, 32, 1), nn.SiLU(), nn.Conv2d(32, fine_keypoints, 1))
-            self.pointer_softmax = SpatialSoftmax(fine_keypoints)
+            self.pointer_softmax = SpatialSoftmax(fine_keypoints, temperature=0.5, window=2, views=views)
         self.vision_proj = nn.Linear(3 * (keypoints + fine_keypoints), width)
         self.token_emb = nn.Embedding(self.tokenizer.vocab_size, width, padding_idx=0)
         self.pos_emb = nn.Parameter(torch.randn(max_tokens, width) * 0.02)

@@ -54,6 +54,23 @@ def test_spatial_softmax_finds_a_hot_pixel():
     torch.testing.assert_close(softmax(maps)[0, [0, 2]], torch.tensor([1.0, -0.5]), atol=1e-3, rtol=0)
 
 
+def test_spatial_softmax_window_and_views():
+    """`window`: the expectation near the peak only, so mass spread over a big map does not pull the keypoint to the
+    centre; `views`: map k looks only in view k mod views of frames tiled side by side."""
+    maps = torch.zeros(1, 2, 9, 18)  # two 9x9 views side by side
+    maps[0, :, 2, 15] = 6.0          # a strong peak in view 1 (both maps)
+    maps[0, :, 6, 3] = 4.0           # a weaker one in view 0
+    grid_x, grid_y = torch.linspace(-1, 1, 18), torch.linspace(-1, 1, 9)
+    plain = SpatialSoftmax(2)(maps)[0]
+    assert abs(plain[0] - grid_x[15]) > 0.1  # 162 cells of small weight pull it toward the centre
+    local = SpatialSoftmax(2, window=1)(maps)[0]
+    torch.testing.assert_close(local[[0, 2]], torch.stack([grid_x[15], grid_y[2]]), atol=1e-5, rtol=0)
+    split = SpatialSoftmax(2, window=1, views=2)(maps)[0]
+    torch.testing.assert_close(split[[0, 2]], torch.stack([grid_x[3], grid_y[6]]), atol=1e-5, rtol=0)  # view 0
+    torch.testing.assert_close(split[[1, 3]], torch.stack([grid_x[15], grid_y[2]]), atol=1e-5, rtol=0)  # view 1
+    torch.testing.assert_close(split[4:], torch.tensor([4.0, 6.0]) / 81)  # each map's mean over its own view
+
+
 def test_pack_and_unpack_round_trip():
     policy = VLAPolicy((16, 16, 3), state_dim=4, action_dim=2, chunk=3, max_tokens=8, width=16, hidden=(32,),
                        noise_head=True, instructions=("go left",))
