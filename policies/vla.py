@@ -232,12 +232,17 @@ class VLAPolicy(FlowPolicy):
                       ) -> torch.Tensor:
         """Cross-entropy of the first K keypoint maps' spatial softmax (`maps` [B, >= K, h, w], `keypoint_maps`)
         against a Gaussian around each map's pixel (`pixels` [B, K, 2], `pixel_to_keypoint`'s units;
-        `keypoint_targets`), averaged over the entries `mask` [B, K] keeps (default: all)."""
+        `keypoint_targets`), averaged over the entries `mask` [B, K] keeps (default: all) whose point lies inside
+        its map's view (an arm or cube out of the camera's field has nothing to point at)."""
         shape = tuple(maps.shape[-2:])
         target = keypoint_targets(self.pixel_to_keypoint(pixels, shape), shape)
         cross_entropy = -(target * self.pointing.log_weights(maps[:, :pixels.shape[1]])).sum(-1)
-        if mask is None:
-            return cross_entropy.mean()
+        h, w, _ = self.image_shape
+        views = self.pointing.views
+        left = (torch.arange(pixels.shape[1], device=pixels.device) % views) * (w // views)
+        inside = ((pixels[..., 0] >= left) & (pixels[..., 0] < left + w // views)
+                  & (pixels[..., 1] >= 0) & (pixels[..., 1] < h)).float()
+        mask = inside if mask is None else mask * inside
         return (cross_entropy * mask).sum() / mask.sum().clamp(min=1.0)
 
     def condition(self, obs: torch.Tensor) -> torch.Tensor:

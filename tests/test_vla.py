@@ -297,3 +297,17 @@ def test_pretrain_views_join_vision_pretraining_only():
     small.observations["pixels"] = small.observations["pixels"][:, :8, :8]
     with pytest.raises(ConfigError, match="differ in size"):
         train_vla_bc(data, cfg, instructions=words, pretrain_views={"red": small})
+
+
+def test_keypoint_loss_skips_points_outside_their_view():
+    """A point outside its map's view (an object out of the camera's field) adds nothing to the keypoint loss."""
+    torch.manual_seed(0)
+    policy = VLAPolicy((16, 32, 3), state_dim=2, action_dim=2, chunk=2, max_tokens=8, width=16, hidden=(32,),
+                       camera="front,side", fine_keypoints=2)
+    maps = policy.keypoint_maps(torch.rand(3, 3, 16, 32))
+    inside = torch.tensor([[[4.0, 5.0], [20.0, 9.0]]]).expand(3, 2, 2)
+    outside = inside.clone()
+    outside[:, 0, 0] = 17.0  # map 0 looks in view 0 (columns 0-15): x = 17 is in the side view
+    expected = policy.keypoint_loss(maps, inside, torch.tensor([[0.0, 1.0]]).expand(3, 2))
+    torch.testing.assert_close(policy.keypoint_loss(maps, outside), expected)
+    assert policy.keypoint_loss(maps, inside) != expected
