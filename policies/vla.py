@@ -212,10 +212,14 @@ class VLAPolicy(FlowPolicy):
         """The spatial softmax over the pointing maps (`encode`)."""
         return self.pointer_softmax if self.fine_keypoints else self.vision[-1]
 
-    def vision_parameters(self) -> list[nn.Parameter]:
-        """Every parameter from the frame to the vision features (CNN, keypoints, projection)."""
+    def keypoint_parameters(self) -> list[nn.Parameter]:
+        """The parameters from the frame to the keypoints (CNN, pointing maps, softmax temperatures)."""
         fine = [*self.pointer.parameters(), *self.pointer_softmax.parameters()] if self.fine_keypoints else []
-        return [*self.vision.parameters(), *fine, *self.vision_proj.parameters()]
+        return [*self.vision.parameters(), *fine]
+
+    def vision_parameters(self) -> list[nn.Parameter]:
+        """Every parameter from the frame to the vision features (the keypoints' and the projection's)."""
+        return [*self.keypoint_parameters(), *self.vision_proj.parameters()]
 
     def pixel_to_keypoint(self, pixels: torch.Tensor, map_shape: tuple[int, int]) -> torch.Tensor:
         """Image positions [..., 2] (x right, y down, in pixels of the whole frame, a pixel's centre at +0.5) in the

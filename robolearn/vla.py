@@ -65,7 +65,8 @@ class VLAConfig(ChunkBCConfig):
     fine_keypoints: int = 0          # keypoint maps on the stem's maps, which keypoint supervision then trains
     pretrain_steps: int = 0          # vision pre-training on the sim's privileged state before BC (0: none)
     keypoint_weight: float = 1.0     # pre-training also points keypoint maps at the task's ARM_POINTS (0: off)
-    freeze_vision: bool = False      # keep the (pre-trained) encoder fixed during BC; it trains again under RL
+    pretrain_lr: float = 1e-3        # pre-training's Adam step (BC's is `lr`)
+    freeze_vision: bool = False      # keep the (pre-trained) CNN and keypoints fixed during BC; RL trains them again
 
 
 class PackedRows:
@@ -187,7 +188,7 @@ def train_vla_bc(datasets: Mapping[str, Any], cfg: VLAConfig | None = None,
     if cfg.pretrain_steps:
         pretrain_vision(policy, torch.cat([rows.frames] + [v[0] for v in views]),
                         privileged + [v[1][:, cfg.state_dim:] for v in views], cfg, points + [v[2] for v in views])
-    encoder = policy.vision_parameters()
+    encoder = policy.keypoint_parameters()  # frozen or not, the projection of the keypoints learns
     for p in encoder:
         p.requires_grad_(not cfg.freeze_vision)
     losses = fit_chunk_policy(policy, rows, torch.cat(chunks), cfg)
@@ -261,7 +262,7 @@ def pretrain_vision(policy: VLAPolicy, frames: torch.Tensor, privileged: list[to
     if keypoints > available:
         raise ConfigError(f"{keypoints} points to learn, but the policy has {available} pointing keypoints")
     head = torch.nn.Linear(policy.vision_proj.out_features, target.shape[1])
-    opt = torch.optim.Adam([*policy.vision_parameters(), *head.parameters()], lr=cfg.lr)
+    opt = torch.optim.Adam([*policy.vision_parameters(), *head.parameters()], lr=cfg.pretrain_lr)
     generator = torch.Generator().manual_seed(cfg.seed + 1)
     losses = []
     for _ in range(cfg.pretrain_steps):

@@ -199,7 +199,7 @@ def test_vision_pretraining_regresses_the_privileged_state_from_frames():
     policy = VLAPolicy((16, 16, 3), state_dim=2, action_dim=2, chunk=2, max_tokens=8, width=16, hidden=(32,),
                        keypoints=8)
     privileged = [torch.as_tensor(cols, dtype=torch.float32)[:, None]]
-    losses = pretrain_vision(policy, frames, privileged, VLAConfig(pretrain_steps=300, batch_size=64, lr=3e-3))
+    losses = pretrain_vision(policy, frames, privileged, VLAConfig(pretrain_steps=300, batch_size=64, pretrain_lr=3e-3))
     assert np.mean(losses[:10]) > 0.5 and np.mean(losses[-20:]) < 0.15
     with pytest.raises(ConfigError, match="privileged"):
         pretrain_vision(policy, frames, [torch.zeros(n, 0)], VLAConfig(pretrain_steps=1))
@@ -240,8 +240,8 @@ def test_keypoint_pretraining_points_a_map_at_its_pixel(fine: int):
         policy = VLAPolicy((16, 16, 3), state_dim=2, action_dim=2, chunk=2, max_tokens=8, width=16, hidden=(32,),
                            keypoints=4, fine_keypoints=fine)
         privileged = [torch.as_tensor(np.stack([cols, rows_], -1), dtype=torch.float32)]
-        pretrain_vision(policy, frames, privileged,
-                        VLAConfig(pretrain_steps=200, batch_size=64, lr=3e-3, keypoint_weight=weight), [pixels])
+        cfg = VLAConfig(pretrain_steps=200, batch_size=64, pretrain_lr=3e-3, keypoint_weight=weight)
+        pretrain_vision(policy, frames, privileged, cfg, [pixels])
         errors[weight] = error_px(policy)
     assert errors[1.0] < (0.5 if fine else 1.0), errors
     assert fine or errors[0.0] > 1.0, errors  # (the stem's map finds a lit pixel by regression alone: 0.43)
@@ -270,8 +270,8 @@ def test_point_pixels_land_on_the_rendered_goal():
 
 
 def test_freeze_vision_keeps_the_encoder_during_bc_only():
-    """freeze_vision: BC leaves the encoder's weights as they were and trains the rest; afterwards the encoder
-    takes gradients again (RL fine-tunes it)."""
+    """freeze_vision: BC leaves the CNN's and keypoints' weights as they were and trains the rest (the projection
+    of the keypoints included); afterwards they take gradients again (RL fine-tunes them)."""
     data = {"red": _toy_dataset(0, 1.0)}
     cfg = VLAConfig(chunk=2, hidden=(32,), width=16, state_dim=3, steps=20, batch_size=16, freeze_vision=True)
     torch.manual_seed(cfg.seed)
@@ -280,6 +280,7 @@ def test_freeze_vision_keeps_the_encoder_during_bc_only():
     policy, _ = train_vla_bc(data, cfg, instructions={"red": "follow the red light"})
     assert torch.equal(policy.vision[0].weight, fresh.vision[0].weight)
     assert not torch.equal(policy.mix[1].weight, fresh.mix[1].weight)
+    assert not torch.equal(policy.vision_proj.weight, fresh.vision_proj.weight)  # reading the keypoints learns
     assert all(p.requires_grad for p in policy.parameters())
 
 
