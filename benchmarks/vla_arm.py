@@ -30,8 +30,8 @@ def success(policy, task: str, args: argparse.Namespace, instruction: str) -> fl
     from robolearn.algos.flow_rl import evaluate_flow
     from robolearn.vla import VLAEnv, camera
 
-    env = VLAEnv(sim.make(task, num_envs=args.eval_envs, seed=args.seed + 7, nthread=1, pixels=camera(args.size)),
-                 policy, instruction)
+    env = VLAEnv(sim.make(task, num_envs=args.eval_envs, seed=args.seed + 7, nthread=1,
+                          pixels=camera(args.size, args.camera)), policy, instruction)
     try:
         return float(evaluate_flow(env, policy)["success"])
     finally:
@@ -49,7 +49,7 @@ def speed(policy, args: argparse.Namespace) -> dict:
     cfg = FlowRLConfig(mode="noise")
     for name in ("vla", "state_flow"):
         env = sim.make(args.task, num_envs=args.num_envs, seed=0, nthread=1,
-                       pixels=camera(args.size) if name == "vla" else None)
+                       pixels=camera(args.size, args.camera) if name == "vla" else None)
         if name == "vla":
             env, net = VLAEnv(env, policy, ARM_INSTRUCTIONS[args.task]), policy
         else:
@@ -76,7 +76,15 @@ def speed(policy, args: argparse.Namespace) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--demos", type=int, default=50, help="episodes per task")
-    parser.add_argument("--size", type=int, default=32, help="camera frames of size x size")
+    parser.add_argument("--size", type=int, default=32, help="camera frames of size x size (per view)")
+    parser.add_argument("--camera", default="side", help="camera(s): 'front,side' tiles two views")
+    parser.add_argument("--stem-stride", type=int, default=1, help="the CNN's first stride (VLAConfig)")
+    parser.add_argument("--fine-keypoints", type=int, default=0, help="pointing maps on the CNN stem (VLAConfig)")
+    parser.add_argument("--pretrain-steps", type=int, default=0, help="vision pre-training steps (VLAConfig)")
+    parser.add_argument("--pretrain-random", type=int, default=0,
+                        help="+ random-action episodes' frames per task for pre-training (pretrain_views)")
+    parser.add_argument("--pretrain-random-length", type=int, default=10, help="their length in steps")
+    parser.add_argument("--freeze-vision", action="store_true", help="keep the CNN and keypoints fixed in BC")
     parser.add_argument("--bc-steps", type=int, default=6000)
     parser.add_argument("--task", default="arm-reach", help="the task fine-tuned by Flow-Noise PPO")
     parser.add_argument("--iterations", type=int, default=30)
@@ -89,14 +97,21 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     from robolearn.algos.flow_rl import FlowRLConfig, finetune_flow
-    from robolearn.vla import ARM_INSTRUCTIONS, VLAConfig, VLAEnv, camera, collect_demos, train_vla_bc
+    from robolearn.vla import ARM_INSTRUCTIONS, VLAConfig, VLAEnv, camera, collect_demos, collect_views, train_vla_bc
 
     began = time.perf_counter()
-    data = {task: collect_demos(task, args.demos, args.size, seed=args.seed, num_envs=args.demos)
+    data = {task: collect_demos(task, args.demos, args.size, seed=args.seed, num_envs=args.demos, camera=args.camera)
             for task in ARM_INSTRUCTIONS}
+    views = None
+    if args.pretrain_random and args.pretrain_steps:  # the gripper away from the goal and cube
+        views = {task: collect_views(task, args.pretrain_random, args.size, args.seed + 3, args.camera,
+                                     args.pretrain_random_length) for task in ARM_INSTRUCTIONS}
     collect_s = time.perf_counter() - began
     began = time.perf_counter()
-    policy, losses = train_vla_bc(data, VLAConfig(steps=args.bc_steps, seed=args.seed))
+    cfg = VLAConfig(steps=args.bc_steps, seed=args.seed, camera=args.camera, stem_stride=args.stem_stride,
+                    fine_keypoints=args.fine_keypoints, pretrain_steps=args.pretrain_steps,
+                    freeze_vision=args.freeze_vision)
+    policy, losses = train_vla_bc(data, cfg, pretrain_views=views)
     bc_s = time.perf_counter() - began
     bc = {"demos_per_task": args.demos, "frames": sum(d.num_steps for d in data.values()), "collect_s": collect_s,
           "bc_steps": args.bc_steps, "bc_s": bc_s, "bc_loss": sum(losses[-100:]) / 100,
@@ -106,10 +121,10 @@ def main() -> None:
     bc["success_reach_told_push"] = success(policy, "arm-reach", args, ARM_INSTRUCTIONS["arm-push"])
     print("BC", json.dumps(bc), flush=True)
 
-    env = VLAEnv(sim.make(args.task, num_envs=args.num_envs, seed=args.seed + 1, nthread=1, pixels=camera(args.size)),
-                 policy, ARM_INSTRUCTIONS[args.task])
+    env = VLAEnv(sim.make(args.task, num_envs=args.num_envs, seed=args.seed + 1, nthread=1,
+                          pixels=camera(args.size, args.camera)), policy, ARM_INSTRUCTIONS[args.task])
     eval_env = VLAEnv(sim.make(args.task, num_envs=args.eval_envs, seed=args.seed + 7, nthread=1,
-                               pixels=camera(args.size)), policy, ARM_INSTRUCTIONS[args.task])
+                               pixels=camera(args.size, args.camera)), policy, ARM_INSTRUCTIONS[args.task])
     cfg = FlowRLConfig(mode="noise", iterations=args.iterations, actor_lr=args.actor_lr, gamma=0.95,
                        entropy_coef=0.005, critic_warmup=3, eval_every=args.eval_every, seed=args.seed)
     _, history = finetune_flow(policy, env, cfg, eval_env=eval_env,
@@ -137,7 +152,7 @@ def plot(history: list[dict], bc: dict, args: argparse.Namespace) -> None:
             label=f"VLA, Flow-Noise PPO on {args.task}")
     ax.set_xlabel("env steps (thousands)")
     ax.set_ylabel(f"success on {args.eval_envs} starts (%)")
-    ax.set_title(f"small VLA from {args.size}x{args.size} frames (BC: {args.demos} demos per task)")
+    ax.set_title(f"small VLA from {args.camera} {args.size}x{args.size} (BC: {args.demos} demos per task)")
     ax.set_ylim(0, 100)
     ax.legend()
     fig.tight_layout()
