@@ -23,6 +23,7 @@ until a batch is packed. The checkpoint layout is LeRobot's: `config.json` (with
 
 from __future__ import annotations
 
+import math
 import string
 
 import torch
@@ -65,31 +66,36 @@ class SpatialSoftmax(nn.Module):
 
     def __init__(self, keypoints: int = 1, temperature: float = 1.0, window: int = 0, views: int = 1):
         super().__init__()
-        self.log_temperature = nn.Parameter(torch.full((keypoints,), float(torch.log(torch.tensor(temperature)))))
+        self.log_temperature = nn.Parameter(torch.full((keypoints,), math.log(temperature)))
         self.window, self.views = window, views
 
+    def map_views(self, k: int, device: torch.device | None = None) -> torch.Tensor:
+        """[k]: the view each of the first k maps looks in (frames tiled side by side: map k in view k mod views)."""
+        return torch.arange(k, device=device) % self.views
+
     def outside(self, maps: torch.Tensor) -> torch.Tensor | None:
-        """[1, K, 1, W] True where a column is not in map k's view (`views` > 1: frames tiled side by side, map k
-        looks in view k mod views only); None for one view."""
+        """[1, K, 1, W] True where a column is not in its map's view (`map_views`); None for one view."""
         if self.views == 1:
             return None
         k, w = maps.shape[1], maps.shape[-1]
         column_view = torch.arange(w, device=maps.device) * self.views // w
-        return column_view.view(1, 1, 1, w) != (torch.arange(k, device=maps.device) % self.views).view(1, k, 1, 1)
+        return column_view.view(1, 1, 1, w) != self.map_views(k, maps.device).view(1, k, 1, 1)
 
-    def log_weights(self, maps: torch.Tensor) -> torch.Tensor:
+    def log_weights(self, maps: torch.Tensor, outside: torch.Tensor | None = None) -> torch.Tensor:
         """[B, K, H * W]: each map's log-softmax over its pixels (after the temperature; outside its view about
-        -1e4); K may be fewer than the module's keypoints (the first K)."""
+        -1e4; `outside`: `self.outside(maps)` when the caller has it); K may be fewer than the module's keypoints
+        (the first K)."""
         k = maps.shape[1]
         logits = maps * torch.exp(-self.log_temperature[:k]).view(1, k, 1, 1)
-        outside = self.outside(maps)
+        outside = self.outside(maps) if outside is None else outside
         if outside is not None:
             logits = logits.masked_fill(outside, -1e4)
         return torch.log_softmax(logits.flatten(2), -1)
 
     def forward(self, maps: torch.Tensor) -> torch.Tensor:
         b, k, h, w = maps.shape
-        weights = self.log_weights(maps).exp().view(b, k, h, w)
+        outside = self.outside(maps)
+        weights = self.log_weights(maps, outside).exp().view(b, k, h, w)
         ys, xs = grid(h, maps), grid(w, maps)
         if self.window:  # the expectation within `window` cells of the peak: mass spread over a big map pulls
             peak = weights.flatten(2).argmax(-1)  # the plain expectation toward the centre
@@ -97,7 +103,6 @@ class SpatialSoftmax(nn.Module):
             near_x = ((torch.arange(w, device=maps.device) - (peak % w).unsqueeze(-1)).abs() <= self.window)
             weights = weights * (near_y.unsqueeze(-1) & near_x.unsqueeze(-2))
             weights = weights / weights.sum((2, 3), keepdim=True).clamp(min=1e-12)
-        outside = self.outside(maps)
         if outside is None:
             mean = maps.mean((2, 3))
         else:  # over the map's own view
@@ -242,9 +247,9 @@ class VLAPolicy(FlowPolicy):
         target = keypoint_targets(self.pixel_to_keypoint(pixels, shape), shape)
         cross_entropy = -(target * self.pointing.log_weights(maps[:, :pixels.shape[1]])).sum(-1)
         h, w, _ = self.image_shape
-        views = self.pointing.views
-        left = (torch.arange(pixels.shape[1], device=pixels.device) % views) * (w // views)
-        inside = ((pixels[..., 0] >= left) & (pixels[..., 0] < left + w // views)
+        view_width = w // self.pointing.views
+        left = self.pointing.map_views(pixels.shape[1], pixels.device) * view_width
+        inside = ((pixels[..., 0] >= left) & (pixels[..., 0] < left + view_width)
                   & (pixels[..., 1] >= 0) & (pixels[..., 1] < h)).float()
         mask = inside if mask is None else mask * inside
         return (cross_entropy * mask).sum() / mask.sum().clamp(min=1.0)

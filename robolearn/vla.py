@@ -163,13 +163,13 @@ def train_vla_bc(datasets: Mapping[str, Any], cfg: VLAConfig | None = None,
     for name, data in datasets.items():
         if name not in instructions:
             raise ConfigError(f"no instruction for dataset {name!r}: pass instructions={{{name!r}: '...'}}")
-        view = _frames_and_labels(name, data, cfg)
-        frames.append(view[0])
-        states.append(view[1][:, :cfg.state_dim])
-        privileged.append(view[1][:, cfg.state_dim:])  # what the frame must tell: goal, cube, ...
-        points.append(view[2])
+        frame, policy_obs, point = _frames_and_labels(name, data, cfg)
+        frames.append(frame)
+        states.append(policy_obs[:, :cfg.state_dim])
+        privileged.append(policy_obs[:, cfg.state_dim:])  # what the frame must tell: goal, cube, ...
+        points.append(point)
         chunks.append(action_chunks(data.actions, data.step_starts, cfg.chunk))
-        texts += [instructions[name]] * len(view[0])
+        texts += [instructions[name]] * len(frame)
     views = [_frames_and_labels(name, data, cfg) for name, data in (pretrain_views or {}).items()]
     shapes = {tuple(f.shape[1:]) for f in frames + [v[0] for v in views]}
     if len(shapes) != 1:
