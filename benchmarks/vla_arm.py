@@ -5,6 +5,8 @@ and the speed of a VLA rollout and update against the state flow policy's on the
 
     python benchmarks/vla_arm.py                          # -> benchmarks/results/vla_arm_cpu.{json,png}
     python benchmarks/vla_arm.py --demos 10 --bc-steps 500 --iterations 2     # a quick look
+    python benchmarks/vla_arm.py --tasks arm-reach --save runs/vla-reach-bc ...   # BC on one task, kept
+    python benchmarks/vla_arm.py --load runs/vla-reach-bc --ppo-freeze-vision    # PPO again from that BC
 """
 
 from __future__ import annotations
@@ -73,6 +75,29 @@ def speed(policy, args: argparse.Namespace) -> dict:
     return out
 
 
+def behaviour_cloning(args: argparse.Namespace, tasks: dict[str, str]) -> dict:
+    """Pixels demos of `tasks` (and random-action views for pre-training), then `train_vla_bc`: the policy and
+    what it took."""
+    from robolearn.vla import VLAConfig, collect_demos, collect_views, train_vla_bc
+
+    began = time.perf_counter()
+    data = {task: collect_demos(task, args.demos, args.size, seed=args.seed, num_envs=args.demos, camera=args.camera)
+            for task in tasks}
+    views = None
+    if args.pretrain_random and args.pretrain_steps:  # the gripper away from the goal and cube
+        views = {task: collect_views(task, args.pretrain_random, args.size, args.seed + 3, args.camera,
+                                     args.pretrain_random_length) for task in tasks}
+    collect_s = time.perf_counter() - began
+    began = time.perf_counter()
+    cfg = VLAConfig(steps=args.bc_steps, seed=args.seed, camera=args.camera, stem_stride=args.stem_stride,
+                    fine_keypoints=args.fine_keypoints, pretrain_steps=args.pretrain_steps,
+                    freeze_vision=args.freeze_vision)
+    policy, losses = train_vla_bc(data, cfg, instructions=tasks, pretrain_views=views)
+    return {"policy": policy, "demos_per_task": args.demos, "frames": sum(d.num_steps for d in data.values()),
+            "collect_s": collect_s, "bc_steps": args.bc_steps, "bc_s": time.perf_counter() - began,
+            "bc_loss": sum(losses[-100:]) / 100, "parameters": sum(p.numel() for p in policy.parameters())}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--demos", type=int, default=50, help="episodes per task")
@@ -86,6 +111,11 @@ def main() -> None:
     parser.add_argument("--pretrain-random-length", type=int, default=10, help="their length in steps")
     parser.add_argument("--freeze-vision", action="store_true", help="keep the CNN and keypoints fixed in BC")
     parser.add_argument("--bc-steps", type=int, default=6000)
+    parser.add_argument("--tasks", default=",".join(("arm-reach", "arm-push", "arm-pick-place")),
+                        help="the tasks cloned (comma-separated)")
+    parser.add_argument("--save", default=None, help="write the BC policy there (a checkpoint)")
+    parser.add_argument("--load", default=None, help="skip collection and BC: fine-tune this BC checkpoint")
+    parser.add_argument("--ppo-freeze-vision", action="store_true", help="keep the CNN and keypoints fixed in PPO")
     parser.add_argument("--task", default="arm-reach", help="the task fine-tuned by Flow-Noise PPO")
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--num-envs", type=int, default=32)
@@ -97,28 +127,21 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     from robolearn.algos.flow_rl import FlowRLConfig, finetune_flow
-    from robolearn.vla import ARM_INSTRUCTIONS, VLAConfig, VLAEnv, camera, collect_demos, collect_views, train_vla_bc
+    from robolearn.policy_io import load_policy, save_chunk_policy
+    from robolearn.vla import ARM_INSTRUCTIONS, VLAEnv, camera
 
-    began = time.perf_counter()
-    data = {task: collect_demos(task, args.demos, args.size, seed=args.seed, num_envs=args.demos, camera=args.camera)
-            for task in ARM_INSTRUCTIONS}
-    views = None
-    if args.pretrain_random and args.pretrain_steps:  # the gripper away from the goal and cube
-        views = {task: collect_views(task, args.pretrain_random, args.size, args.seed + 3, args.camera,
-                                     args.pretrain_random_length) for task in ARM_INSTRUCTIONS}
-    collect_s = time.perf_counter() - began
-    began = time.perf_counter()
-    cfg = VLAConfig(steps=args.bc_steps, seed=args.seed, camera=args.camera, stem_stride=args.stem_stride,
-                    fine_keypoints=args.fine_keypoints, pretrain_steps=args.pretrain_steps,
-                    freeze_vision=args.freeze_vision)
-    policy, losses = train_vla_bc(data, cfg, pretrain_views=views)
-    bc_s = time.perf_counter() - began
-    bc = {"demos_per_task": args.demos, "frames": sum(d.num_steps for d in data.values()), "collect_s": collect_s,
-          "bc_steps": args.bc_steps, "bc_s": bc_s, "bc_loss": sum(losses[-100:]) / 100,
-          "parameters": sum(p.numel() for p in policy.parameters()),
-          "success": {task: success(policy, task, args, words) for task, words in ARM_INSTRUCTIONS.items()}}
-    # the instruction matters: the reach task under the push instruction
-    bc["success_reach_told_push"] = success(policy, "arm-reach", args, ARM_INSTRUCTIONS["arm-push"])
+    tasks = {task: ARM_INSTRUCTIONS[task] for task in args.tasks.split(",")}
+    if args.load:  # a BC policy from an earlier run (its settings must match --size / --camera)
+        policy = load_policy(args.load).actor.train()
+        bc = {"loaded": args.load}
+    else:
+        bc = behaviour_cloning(args, tasks)
+        policy = bc.pop("policy")
+        if args.save:
+            save_chunk_policy(args.save, policy, {"env": {"name": args.task, "pixels": camera(args.size, args.camera)}})
+    bc["success"] = {task: success(policy, task, args, words) for task, words in tasks.items()}
+    if "arm-push" in tasks:  # the instruction matters: the reach task under the push instruction
+        bc["success_reach_told_push"] = success(policy, "arm-reach", args, ARM_INSTRUCTIONS["arm-push"])
     print("BC", json.dumps(bc), flush=True)
 
     env = VLAEnv(sim.make(args.task, num_envs=args.num_envs, seed=args.seed + 1, nthread=1,
@@ -126,12 +149,13 @@ def main() -> None:
     eval_env = VLAEnv(sim.make(args.task, num_envs=args.eval_envs, seed=args.seed + 7, nthread=1,
                                pixels=camera(args.size, args.camera)), policy, ARM_INSTRUCTIONS[args.task])
     cfg = FlowRLConfig(mode="noise", iterations=args.iterations, actor_lr=args.actor_lr, gamma=0.95,
-                       entropy_coef=0.005, critic_warmup=3, eval_every=args.eval_every, seed=args.seed)
+                       entropy_coef=0.005, critic_warmup=3, eval_every=args.eval_every, seed=args.seed,
+                       freeze_vision=args.ppo_freeze_vision)
     _, history = finetune_flow(policy, env, cfg, eval_env=eval_env,
                                log=lambda r: print({k: round(v, 3) for k, v in r.items()}, flush=True))
     env.close()
     eval_env.close()
-    after = {task: success(policy, task, args, words) for task, words in ARM_INSTRUCTIONS.items()}
+    after = {task: success(policy, task, args, words) for task, words in tasks.items()}
     result = {"machine": machine_info(), "config": vars(args), "bc": bc, "finetune": history,
               "success_after_finetune": after, "speed": speed(policy, args)}
     print(json.dumps({k: v for k, v in result.items() if k != "finetune"}, indent=1))

@@ -110,6 +110,8 @@ def test_flow_noise_trains_its_noise_head_and_errors():
         finetune_flow(FlowPolicy(2, 2), TargetEnv(6), FlowRLConfig(algo="grpo", group_size=4))
     with pytest.raises(ConfigError, match="algo"):
         FlowRLConfig(algo="dpo")
+    with pytest.raises(ConfigError, match="VLAPolicy"):
+        finetune_flow(FlowPolicy(2, 2), TargetEnv(4), FlowRLConfig(freeze_vision=True))
 
 
 def test_fine_tuning_checkpoints_resume_and_load_as_a_policy(tmp_path):

@@ -151,9 +151,14 @@ def test_arm_tasks_from_pixels_to_a_checkpoint_and_flow_noise_ppo(tmp_path):
     train_env = VLAEnv(env, policy, ARM_INSTRUCTIONS["arm-reach"])
     assert train_env.observation_shapes["policy"] == (policy.obs_dim,) and "critic" in train_env.observation_shapes
     cfg = FlowRLConfig(mode="noise", iterations=2, rollout_chunks=2, critic_warmup=1, entropy_coef=0.005,
-                       eval_every=100, critic_hidden=(32,))
+                       eval_every=100, critic_hidden=(32,), freeze_vision=True)
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
     _, history = finetune_flow(policy, train_env, cfg, run_dir=tmp_path / "rl")
     assert history[-1]["iteration"] == 2 and history[-1]["env_steps"] == 2 * 2 * 5 * 2
+    # freeze_vision: the CNN and keypoints as BC left them, the action expert moved; all trainable again after
+    assert torch.equal(policy.vision[0].weight, before["vision.0.weight"])
+    assert not torch.equal(policy.mix[1].weight, before["mix.1.weight"])
+    assert all(p.requires_grad for p in policy.parameters())
     final = tmp_path / "rl" / "checkpoints" / "final"
     assert load_policy(final).policy_config["kind"] == "vla"
     assert np.isfinite(evaluate(final, episodes=2))

@@ -72,6 +72,7 @@ class FlowRLConfig:
     entropy_coef: float = 0.0        # Flow-Noise's Gaussian entropy bonus (pi_RL: 0.005)
     max_grad_norm: float = 1.0
     eval_every: int = 5              # iterations between evaluations (and after the last)
+    freeze_vision: bool = False      # a VLA: keep its CNN and keypoints as BC left them; the rest trains
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -178,8 +179,21 @@ class FlowRL:
             raise ConfigError("Flow-Noise (mode=noise) needs a policy built with noise_head=True")
         self.policy, self.cfg = policy, cfg
         self.critic = Critic(critic_obs_dim, cfg.critic_hidden) if cfg.algo == "ppo" else None
-        self.actor_opt = torch.optim.Adam(policy.parameters(), lr=cfg.actor_lr)
+        self.actor_params = self.trainable(policy, cfg.freeze_vision)
+        self.actor_opt = torch.optim.Adam(self.actor_params, lr=cfg.actor_lr)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr) if self.critic else None
+
+    @staticmethod
+    def trainable(policy: FlowPolicy, freeze_vision: bool) -> list[nn.Parameter]:
+        """The parameters the actor's optimizer steps: all of them, or a VLA's without its keypoint path."""
+        if not freeze_vision:
+            return list(policy.parameters())
+        if not hasattr(policy, "keypoint_parameters"):
+            raise ConfigError(f"freeze_vision needs a policy with vision (a VLAPolicy), got {type(policy).__name__}")
+        frozen = {id(p) for p in policy.keypoint_parameters()}
+        for p in policy.keypoint_parameters():
+            p.requires_grad_(False)  # no gradient is computed through the CNN at all
+        return [p for p in policy.parameters() if id(p) not in frozen]
 
     def advantages(self, ro: ChunkRollout, last_obs: Any
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -240,7 +254,7 @@ class FlowRL:
                         stats["entropy"] += entropy.item()
                     self.actor_opt.zero_grad(set_to_none=True)
                     loss.backward()
-                    nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+                    nn.utils.clip_grad_norm_(self.actor_params, cfg.max_grad_norm)
                     self.actor_opt.step()
                     stats["loss/policy"] += pg_loss.item()
                     stats["kl"] += float(info["approx_kl"])
@@ -340,4 +354,6 @@ def finetune_flow(policy: FlowPolicy, env: Any, cfg: FlowRLConfig, eval_env: Any
             log(row)
     if checkpoints is not None:
         save_flow_run(checkpoints / "final", learner, cfg.iterations, env_steps, generator, run)
+    for p in policy.parameters():  # freeze_vision held only for this run
+        p.requires_grad_(True)
     return policy, history
