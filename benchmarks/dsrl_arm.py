@@ -64,6 +64,8 @@ def main() -> None:
                              "reward of the BC benchmarks")
     parser.add_argument("--critic-hidden", default="256,256", help="critic widths, comma-separated (paper: "
                         "3x2048 robomimic, 3x128 gym)")
+    parser.add_argument("--latent", default="chunk", choices=["chunk", "shared"],
+                        help="shared: one noise vector for the whole chunk (DSRL-pi0)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(OUT / f"dsrl_{TASK}_cpu"))
     args = parser.parse_args()
@@ -86,7 +88,7 @@ def main() -> None:
     run_dir = Path(tempfile.mkdtemp(prefix="dsrl-"))
     decisions = env.max_episode_length // args.chunk
     cfg = DSRLConfig(args.magnitude, decisions, args.eval_every, args.variant, args.noise_critic_steps,
-                     args.warmup_policy, args.eval_deterministic)
+                     args.warmup_policy, args.eval_deterministic, args.latent)
     base_success = score_base(base, eval_env, args.magnitude, args.seed + 1000)
     print(f"base policy success: {base_success}", flush=True)
     runner = dsrl_runner(base, env, eval_env, sac, run_dir, cfg, seed=args.seed)

@@ -102,13 +102,20 @@ def test_noise_env_runs_chunks_of_the_frozen_policy():
     assert done.all() and extras["time_outs"].all()
     with pytest.raises(ConfigError, match="magnitude"):
         NoiseActionEnv(ReachEnv(1), identity_flow(), magnitude=0.0)
+    shared = NoiseActionEnv(ReachEnv(3), identity_flow(), magnitude=2.0, shared=True)  # one noise for the chunk
+    assert shared.num_actions == 2
+    _, reward, _, _ = shared.step(torch.tensor([[0.3, -0.2]]).expand(3, 2))
+    assert torch.equal(reward, torch.zeros(3))
+    with pytest.raises(ConfigError, match="latent"):
+        DSRLConfig(latent="token")
 
 
-@pytest.mark.parametrize("variant", ["sac", "na"])
-def test_dsrl_steers_a_frozen_policy_and_resumes(tmp_path, variant):
+@pytest.mark.parametrize(("variant", "latent"), [("sac", "chunk"), ("na", "chunk"), ("na", "shared")])
+def test_dsrl_steers_a_frozen_policy_and_resumes(tmp_path, variant, latent):
     sac = SACConfig(actor_hidden=(32, 32), critic_hidden=(32, 32), batch_size=64, learning_starts=64,
                     actor_lr=3e-3, critic_lr=3e-3, temperature_lr=3e-3)
-    cfg = DSRLConfig(magnitude=1.0, steps_per_iteration=4, eval_every=128, variant=variant, eval_deterministic=True)
+    cfg = DSRLConfig(magnitude=1.0, steps_per_iteration=4, eval_every=128, variant=variant, eval_deterministic=True,
+                     latent=latent)
     runner = dsrl_runner(identity_flow(), ReachEnv(8), ReachEnv(4), sac, tmp_path / "run", cfg, seed=0)
     rows = runner.learn(16, checkpoint_interval=8)
     before, after = rows[0]["eval/return"], rows[-1]["eval/return"]

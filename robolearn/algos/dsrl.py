@@ -12,6 +12,10 @@ replay, UTD, checkpoints, exact resume, evaluation, metrics.
     runner = dsrl_runner(base, env, eval_env, SACConfig(utd_ratio=4), run_dir="runs/dsrl")
     runner.learn(iterations=200)
 
+`latent: shared` is DSRL-pi0's action space (`nakamotoo/dsrl_pi0`: one noise vector repeated over pi0's whole
+horizon): the latent action is one A-dim noise used at every step of the chunk, A dimensions to search where the
+full latent has H * A.
+
 Before `learning_starts` the runner plays the base policy itself (`warmup: base`: noise ~ N(0, I), the paper's
 `init_rollout_steps`), so the critic first sees what the base does. Evaluation plays sampled latents as the paper's
 default (`eval_deterministic: false`); with true, the deterministic latent policy w = tanh(mean), where w = 0
@@ -42,6 +46,13 @@ from robolearn.runners.base import task_reference
 from robolearn.runners.off_policy import OffPolicyRunner
 
 
+def latent_noise(w: torch.Tensor, base: FlowPolicy | DiffusionPolicy, magnitude: float) -> torch.Tensor:
+    """Initial noise [B, H, A] for latent actions w [B, H * A] (one per chunk element) or [B, A] (shared: one
+    noise vector repeated over the chunk), scaled by `magnitude`."""
+    per_step = w.shape[1] // base.action_dim
+    return magnitude * w.reshape(w.shape[0], per_step, base.action_dim).expand(-1, base.chunk, -1)
+
+
 def denoise(base: FlowPolicy | DiffusionPolicy, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     """The base policy's deterministic chunk [B, H, A] from initial noise [B, H, A]."""
     if isinstance(base, FlowPolicy):
@@ -53,17 +64,17 @@ class NoiseActionEnv:
     """A VecEnv whose actions are a frozen chunk policy's initial noise (scaled by `magnitude`) and whose steps are
     whole chunks; it has the VecEnv contract the runners use (and delegates state for checkpoints)."""
 
-    def __init__(self, env: Any, base: FlowPolicy | DiffusionPolicy, magnitude: float = 1.0):
+    def __init__(self, env: Any, base: FlowPolicy | DiffusionPolicy, magnitude: float = 1.0, shared: bool = False):
         if magnitude <= 0:
             raise ConfigError(f"DSRL's noise magnitude must be > 0, got {magnitude}")
         if str(getattr(env, "device", "cpu")) != "cpu":
             raise ConfigError("DSRL runs its frozen policy and SAC on the CPU: make the env with device='cpu'")
         self.env, self.base, self.magnitude = env, base.eval().requires_grad_(False), magnitude
         self.num_envs, self.device = env.num_envs, env.device
-        self.num_actions = base.chunk * base.action_dim
+        self.num_actions = base.action_dim if shared else base.chunk * base.action_dim
         self.max_episode_length = -(-env.max_episode_length // base.chunk)
         self.observation_shapes = env.observation_shapes
-        self.cfg = {**env.cfg, "dsrl": {"magnitude": magnitude, "chunk": base.chunk}}
+        self.cfg = {**env.cfg, "dsrl": {"magnitude": magnitude, "chunk": base.chunk, "shared": shared}}
 
     def reset(self, seed: int | None = None) -> Any:
         return self.env.reset(seed=seed)
@@ -74,7 +85,7 @@ class NoiseActionEnv:
     @torch.no_grad()
     def step(self, actions: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor, dict[str, Any]]:
         obs = self.env.get_observations()
-        noise = self.magnitude * actions.reshape(self.num_envs, self.base.chunk, self.base.action_dim)
+        noise = latent_noise(actions, self.base, self.magnitude)
         step = run_chunk(self.env, denoise(self.base, obs["policy"], noise))
         extras = {"time_outs": step.truncated, "terminated": step.terminated, "final_obs": step.final_obs,
                   "log": {k: torch.tensor(v) for k, v in step.log.items()}}
@@ -95,20 +106,23 @@ class DSRLNA(SAC):
     it (see the module docstring). Acts, checkpoints (base policy included) and resumes like SAC."""
 
     def __init__(self, base: FlowPolicy | DiffusionPolicy, magnitude: float, obs_dim: int, critic_obs_dim: int,
-                 cfg: SACConfig, noise_critic_steps: int = 1, device: str | torch.device = "cpu"):
+                 cfg: SACConfig, noise_critic_steps: int = 1, device: str | torch.device = "cpu", shared: bool = False):
         if cfg.compile or cfg.hl_gauss:
             raise ConfigError("DSRL-NA supports neither sac.compile nor sac.hl_gauss")
-        super().__init__(obs_dim, critic_obs_dim, base.chunk * base.action_dim, cfg, device)
+        self.chunk_dim = base.chunk * base.action_dim  # the TD critic's actions: whole chunks, shared latent or not
+        super().__init__(obs_dim, critic_obs_dim, base.action_dim if shared else self.chunk_dim, cfg, device)
         self.base, self.magnitude, self.noise_critic_steps = base.to(self.device), magnitude, noise_critic_steps
-        self.noise_critic = QEnsemble(critic_obs_dim, self.num_actions, cfg.num_critics, cfg.critic_hidden,
-                                      cfg.activation, cfg.critic_layer_norm).to(self.device)
+        self.noise_critic = super()._make_critic(critic_obs_dim, self.num_actions).to(self.device)  # on latents
         self.noise_critic_opt = torch.optim.Adam(self.noise_critic.parameters(), lr=cfg.critic_lr, fused=True)
+
+    def _make_critic(self, critic_obs_dim: int, num_actions: int) -> QEnsemble:
+        return super()._make_critic(critic_obs_dim, self.chunk_dim)
 
     @torch.no_grad()
     def chunk(self, obs: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """[B, H * A] the base policy's chunk for latent actions w in [-1, 1]^(H * A)."""
-        noise = self.magnitude * w.reshape(w.shape[0], self.base.chunk, self.base.action_dim)
-        return denoise(self.base, obs, noise).flatten(1).clamp(-1.0, 1.0)  # what `run_chunk` executes
+        """[B, H * A] the base policy's chunk for latent actions w in [-1, 1]^(H * A) (or ^A, shared)."""
+        chunk = denoise(self.base, obs, latent_noise(w, self.base, self.magnitude))
+        return chunk.flatten(1).clamp(-1.0, 1.0)  # what `run_chunk` executes
 
     def update_critic(self, batch: dict[str, Any], generator: torch.Generator | None = None
                       ) -> dict[str, torch.Tensor]:
@@ -169,12 +183,15 @@ class DSRLConfig:
     warmup: str = "base"            # before learning_starts: base (the base policy, noise ~ N(0, I) clipped to the
     #                                 magnitude: the paper's init_rollout_steps) | uniform (uniform latent actions)
     eval_deterministic: bool = False  # evaluate tanh(mean) latents; the paper's default evaluates sampled latents
+    latent: str = "chunk"           # chunk: one noise per chunk element (H * A) | shared: one A-dim noise for the chunk
 
     def __post_init__(self) -> None:
         if self.variant not in ("sac", "na"):
             raise ConfigError(f"DSRL variant must be 'sac' or 'na', got {self.variant!r}")
         if self.warmup not in ("base", "uniform"):
             raise ConfigError(f"DSRL warmup must be 'base' or 'uniform', got {self.warmup!r}")
+        if self.latent not in ("chunk", "shared"):
+            raise ConfigError(f"DSRL latent must be 'chunk' or 'shared', got {self.latent!r}")
         if self.noise_critic_steps < 1:
             raise ConfigError(f"DSRL noise_critic_steps must be >= 1, got {self.noise_critic_steps}")
 
@@ -185,13 +202,14 @@ def dsrl_runner(base: FlowPolicy | DiffusionPolicy, env: Any, eval_env: Any | No
     """SAC (or DSRL-NA) over `base`'s noise in `env` (and `eval_env`), as robolearn's off-policy runner; call
     `.learn(n)`."""
     cfg = cfg if cfg is not None else DSRLConfig()
-    noise_env = NoiseActionEnv(env, base, cfg.magnitude)
-    eval_noise_env = NoiseActionEnv(eval_env, base, cfg.magnitude) if eval_env is not None else None
+    shared = cfg.latent == "shared"
+    noise_env = NoiseActionEnv(env, base, cfg.magnitude, shared)
+    eval_noise_env = NoiseActionEnv(eval_env, base, cfg.magnitude, shared) if eval_env is not None else None
     torch.manual_seed(seed)
     if cfg.variant == "na":
         shapes = env.observation_shapes
         algo: SAC = DSRLNA(base, cfg.magnitude, shapes["policy"][0], (shapes.get("critic") or shapes["policy"])[0],
-                           sac, cfg.noise_critic_steps)
+                           sac, cfg.noise_critic_steps, shared=shared)
     else:
         algo = SAC.for_env(noise_env, sac)
     config = {"algo": {"name": "dsrl", **dataclasses.asdict(sac), **dataclasses.asdict(cfg)},

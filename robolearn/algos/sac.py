@@ -195,12 +195,8 @@ class SAC:
         self.device = torch.device(device)
         self.num_actions = num_actions
         self.actor = self._make_actor(obs_dim, num_actions).to(self.device)
-        bins = cfg.hl_bins if cfg.hl_gauss else 1
-        def critic() -> QEnsemble:
-            return QEnsemble(critic_obs_dim, num_actions, cfg.num_critics, cfg.critic_hidden, cfg.activation,
-                             cfg.critic_layer_norm, bins, cfg.normalize_states).to(self.device)
-
-        self.critic, self.critic_target = critic(), critic()
+        self.critic = self._make_critic(critic_obs_dim, num_actions).to(self.device)
+        self.critic_target = self._make_critic(critic_obs_dim, num_actions).to(self.device)
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.critic_target.requires_grad_(False)
         self.hl = HLGauss(cfg.v_min, cfg.v_max, cfg.hl_bins).to(self.device) if cfg.hl_gauss else None
@@ -221,6 +217,11 @@ class SAC:
         cfg = self.cfg
         return TanhGaussianActor(obs_dim, num_actions, cfg.actor_hidden, cfg.activation, cfg.actor_layer_norm,
                                  cfg.normalize_states)
+
+    def _make_critic(self, critic_obs_dim: int, num_actions: int) -> QEnsemble:
+        cfg = self.cfg
+        return QEnsemble(critic_obs_dim, num_actions, cfg.num_critics, cfg.critic_hidden, cfg.activation,
+                         cfg.critic_layer_norm, cfg.hl_bins if cfg.hl_gauss else 1, cfg.normalize_states)
 
     @classmethod
     def for_env(cls, env: Any, cfg: SACConfig | None = None, device: str | torch.device = "cpu") -> SAC:
