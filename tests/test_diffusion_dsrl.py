@@ -132,7 +132,7 @@ def test_dsrl_warm_up_plays_the_base_policy_and_evaluates_sampled_latents(tmp_pa
     init_rollout_steps), not uniform; evaluation samples latents unless eval_deterministic."""
     sac = SACConfig(actor_hidden=(8,), critic_hidden=(8,), batch_size=16, learning_starts=2000)
     runner = dsrl_runner(identity_flow(), ReachEnv(50), ReachEnv(2), sac, tmp_path, DSRLConfig(magnitude=2.0,
-                         steps_per_iteration=20, eval_every=1000), seed=0)
+                         steps_per_iteration=20, eval_every=1000, latent="chunk"), seed=0)
     runner.learn(1, checkpoint_interval=10)
     w = runner.learner.buffer.actions[:20].flatten()
     assert len(w) == 4000 and abs(float(w.std()) - 0.5) < 0.03  # N(0, 1) / 2: std 0.5 (uniform: 0.58)
