@@ -1,15 +1,20 @@
-"""`robolearn chunk-bc` and `robolearn flow-rl`: action-chunk policies from the command line.
+"""`robolearn chunk-bc`, `robolearn flow-rl` and `robolearn dsrl`: action-chunk policies from the command line.
 
     robolearn collect env=arm-push kind=expert policy=reference episodes=100 out=data/arm-push-demos
     robolearn chunk-bc data=data/arm-push-demos out=runs/arm-push-bc bc.chunk=5 bc.num_steps=4 bc.steps=6000
     robolearn flow-rl checkpoint=runs/arm-push-bc run_dir=runs/arm-push-ppo rl.iterations=100 rl.gamma=0.95
     robolearn flow-rl run_dir=runs/arm-push-ppo resume=true rl.iterations=200        # go on
     robolearn eval checkpoint=runs/arm-push-ppo/checkpoints/final
+    robolearn dsrl checkpoint=runs/arm-push-bc run_dir=runs/arm-push-dsrl iterations=100   # or steer it (DSRL)
+    robolearn eval checkpoint=runs/arm-push-dsrl/policy
 
 `chunk-bc` clones a flow (`bc.policy=flow`) or diffusion policy and writes a checkpoint that `robolearn eval` and
 `robolearn deploy` play (the dataset's task is recorded with it). `flow-rl` fine-tunes a flow checkpoint with PPO
 or GRPO (`robolearn.algos.flow_rl`, options under `rl.`) in the batched sim of its task, or of `env=`; a VLA
 checkpoint (`robolearn.vla`) runs in the camera env it was trained with, under `instruction=` (default: its first).
+`dsrl` keeps a flow or diffusion checkpoint frozen and trains SAC over its initial noise (`robolearn.algos.dsrl`,
+options under `dsrl.` and `sac.`), checkpointing like `robolearn train` (`resume=true` goes on); at the end
+`<run_dir>/policy` holds the steered policy (`policies.steered`) that `robolearn eval` and `deploy` play.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ import time
 from pathlib import Path
 
 from robolearn.algos.chunk_bc import ChunkBCConfig
+from robolearn.algos.dsrl import DSRLConfig, dsrl_sac
 from robolearn.algos.flow_rl import FlowRLConfig
+from robolearn.algos.sac import SACConfig
 from robolearn.errors import ConfigError
 
 
@@ -46,6 +53,24 @@ class FlowRLCommand:
     instruction: str | None = None  # a VLA's instruction (default: the first it was trained on)
     seed: int = 0
     rl: FlowRLConfig = dataclasses.field(default_factory=FlowRLConfig)
+
+
+@dataclasses.dataclass
+class DSRLCommand:
+    """`robolearn dsrl`: SAC over a frozen flow / diffusion chunk policy's initial noise in the batched sim."""
+
+    checkpoint: str | None = None   # the frozen base policy (required; also when resuming)
+    run_dir: str | None = None      # default: runs/<task>-dsrl-<time>
+    resume: bool = False            # go on from <run_dir>/checkpoints/latest
+    env: str | None = None          # the task (default: the checkpoint's)
+    num_envs: int = 64
+    eval_envs: int = 100            # envs of the evaluation (one episode each); 0: none
+    iterations: int = 100           # in all, each dsrl.steps_per_iteration decisions of every env
+    checkpoint_interval: int = 10   # iterations between checkpoints/latest
+    seed: int = 0
+    dsrl: DSRLConfig = dataclasses.field(default_factory=lambda: DSRLConfig(steps_per_iteration=30,
+                                                                            eval_every=19200))
+    sac: SACConfig = dataclasses.field(default_factory=dsrl_sac)
 
 
 def cmd_chunk_bc(cfg: ChunkBCCommand) -> int:
@@ -128,4 +153,41 @@ def cmd_flow_rl(cfg: FlowRLCommand) -> int:
         if eval_env is not None:
             eval_env.close()
     print(f"final policy: {run_dir / 'checkpoints' / 'final'}")
+    return 0
+
+
+def cmd_dsrl(cfg: DSRLCommand) -> int:
+    import sim
+    from robolearn.algos.dsrl import dsrl_runner, steered_policy
+    from robolearn.policy_io import load_policy, save_chunk_policy
+
+    if not cfg.checkpoint:
+        raise ConfigError("dsrl needs checkpoint=<a flow or diffusion policy checkpoint> (the frozen base)")
+    loaded = load_policy(cfg.checkpoint)
+    if loaded.kind not in ("flow", "diffusion"):
+        raise ConfigError(f"{cfg.checkpoint} holds a {loaded.kind} policy; dsrl steers flow and diffusion policies")
+    env_cfg = dict(loaded.run.get("env") or {})
+    task = cfg.env or env_cfg.get("name")
+    if not task:
+        raise ConfigError(f"{cfg.checkpoint} records no task: pass env=<task>")
+    overrides = (env_cfg.get("overrides") or {}) if task == env_cfg.get("name") else {}
+    run_dir = Path(cfg.run_dir or f"runs/{task}-dsrl-{time.strftime('%Y%m%d-%H%M%S')}")
+    if cfg.resume and not (run_dir / "checkpoints" / "latest").exists():
+        raise ConfigError(f"resume=true: no {run_dir / 'checkpoints' / 'latest'} to continue from")
+    env = sim.make(task, num_envs=cfg.num_envs, seed=cfg.seed + 1, **overrides)
+    eval_env = sim.make(task, num_envs=cfg.eval_envs, seed=cfg.seed + 7, **overrides) if cfg.eval_envs else None
+    dsrl = cfg.dsrl if eval_env is not None else dataclasses.replace(cfg.dsrl, eval_every=0)
+    try:
+        runner = dsrl_runner(loaded.actor, env, eval_env, cfg.sac, run_dir, dsrl, seed=cfg.seed, progress=True)
+        if cfg.resume:
+            runner.restore(run_dir / "checkpoints" / "latest")
+        runner.learn(cfg.iterations, checkpoint_interval=cfg.checkpoint_interval)
+    finally:
+        env.close()
+        if eval_env is not None:
+            eval_env.close()
+    run = {"env": {**env_cfg, "name": task, "overrides": overrides}, "source": str(cfg.checkpoint),
+           "dsrl": dataclasses.asdict(cfg.dsrl)}
+    path = save_chunk_policy(run_dir / "policy", steered_policy(runner), run)
+    print(f"steered policy: {path}")
     return 0

@@ -10,6 +10,7 @@
     robolearn finetune algo=wsrl dataset=<name>     # offline pre-training, then online fine-tuning (O2O)
     robolearn chunk-bc data=<dataset> out=runs/bc   # a flow / diffusion action-chunk policy by behaviour cloning
     robolearn flow-rl checkpoint=runs/bc            # its PPO / GRPO fine-tuning in the batched sim (pi_RL)
+    robolearn dsrl checkpoint=runs/bc               # or SAC over its initial noise, the policy frozen (DSRL)
 
 The ROS 2 bridge (`real/`) adds:
 
@@ -64,6 +65,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "finetune": ("robolearn.finetune:finetune", "robolearn.finetune:FinetuneConfig"),
     "chunk-bc": ("robolearn.chunk_cli:cmd_chunk_bc", "robolearn.chunk_cli:ChunkBCCommand"),
     "flow-rl": ("robolearn.chunk_cli:cmd_flow_rl", "robolearn.chunk_cli:FlowRLCommand"),
+    "dsrl": ("robolearn.chunk_cli:cmd_dsrl", "robolearn.chunk_cli:DSRLCommand"),
     "deploy": ("real.deploy:cmd_deploy", "real.deploy:DeployConfig"),
     "fake-robot": ("real.fake_robot:cmd_fake_robot", "real.fake_robot:FakeRobotConfig"),
     "record": ("real.recorder:cmd_record", "real.recorder:RecordConfig"),

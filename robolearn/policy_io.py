@@ -11,7 +11,9 @@ algorithms (`robolearn.algos.offline`: BC, TD3+BC, IQL, CQL, Cal-QL, ReBRAC) nam
 `activation` and `actor_layer_norm` beside it at the top level. Action-chunk policies (`policies.flow.FlowPolicy`,
 `policies.diffusion.DiffusionPolicy`; `"kind": "flow"` or `"diffusion"` with the network's constructor arguments,
 written by `save_chunk_policy`; and the small VLA `policies.vla.VLAPolicy`, `"kind": "vla"`, which reads the
-`"pixels"` group and the state from `"policy"` and follows `policy.actor.instruction`) return one action per call
+`"pixels"` group and the state from `"policy"` and follows `policy.actor.instruction`; and a DSRL run's result,
+`policies.steered.SteeredChunkPolicy`, `"kind": "steered"`: its latent actor's noise through its frozen base)
+return one action per call
 from a queue of H: a chunk is sampled when the queue is empty (deterministic: denoised from zero noise; sample: from
 the policy's generator) and executed open-loop, every env re-planning in lockstep (LeRobot's action queue);
 `reset()` empties it, as at an episode's start. Deployment, the real-world actor, evaluation and rendering use it;
@@ -133,9 +135,11 @@ def _actor(kind: str, cfg: Mapping[str, Any]) -> torch.nn.Module:
         if kind == "ppo":
             return ActorCritic(**cfg)
         if kind in CHUNK_KINDS:
+            from policies.steered import SteeredChunkPolicy
             from policies.vla import VLAPolicy
 
-            net_class = {"flow": FlowPolicy, "diffusion": DiffusionPolicy, "vla": VLAPolicy}[kind]
+            net_class = {"flow": FlowPolicy, "diffusion": DiffusionPolicy, "vla": VLAPolicy,
+                         "steered": SteeredChunkPolicy}[kind]
             return net_class(**{k: v for k, v in cfg.items() if k != "kind"})
         c = cfg if "actor" in cfg else cfg[kind]  # an offline algorithm keeps its actor fields at the top level
         args = (cfg["obs_dim"], cfg["num_actions"], tuple(c["actor_hidden"]), c["activation"], c["actor_layer_norm"],
@@ -143,12 +147,12 @@ def _actor(kind: str, cfg: Mapping[str, Any]) -> torch.nn.Module:
         if kind == "sac":  # IQL's Gaussian: one log-std for all states (`actor_shared_std`)
             return TanhGaussianActor(*args, shared_std=bool(c.get("actor_shared_std", False)))
         return DeterministicActor(*args)
-    except (TypeError, KeyError) as e:
+    except (TypeError, KeyError, ValueError) as e:
         raise CheckpointError(f"checkpoint policy config does not fit the policy: {e}") from e
 
 
 #: Action-chunk policies: `"kind"` in a checkpoint's policy config.
-CHUNK_KINDS = ("flow", "diffusion", "vla")
+CHUNK_KINDS = ("flow", "diffusion", "vla", "steered")
 
 #: An offline algorithm's `"actor"` -> the policy kind whose network it is.
 ACTOR_KINDS = {"tanh_gaussian": "sac", "deterministic": "td3"}
@@ -194,18 +198,20 @@ def load_policy(path: str | Path, mode: Mode = "deterministic", device: str | to
 
 
 def chunk_policy_checkpoint(net: torch.nn.Module) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """(policy config, `actor.*` tensors) of a `FlowPolicy`, `DiffusionPolicy` or `VLAPolicy`: what `load_policy`
-    rebuilds."""
+    """(policy config, `actor.*` tensors) of a `FlowPolicy`, `DiffusionPolicy`, `VLAPolicy` or
+    `SteeredChunkPolicy`: what `load_policy` rebuilds."""
     from policies.flow import FlowPolicy
+    from policies.steered import SteeredChunkPolicy
     from policies.vla import VLAPolicy
 
-    kind = "vla" if isinstance(net, VLAPolicy) else "flow" if isinstance(net, FlowPolicy) else "diffusion"
+    kinds = ((VLAPolicy, "vla"), (FlowPolicy, "flow"), (SteeredChunkPolicy, "steered"))
+    kind = next((name for cls, name in kinds if isinstance(net, cls)), "diffusion")
     return {"kind": kind, **net.config}, {f"actor.{k}": v.detach() for k, v in net.state_dict().items()}
 
 
 def save_chunk_policy(path: str | Path, net: torch.nn.Module, run: Mapping[str, Any] | None = None) -> Path:
-    """Write a `FlowPolicy` or `DiffusionPolicy` as a checkpoint folder (config.json + model.safetensors) that
-    `load_policy` loads; `run` is the run config stored beside it (what it was trained on)."""
+    """Write a chunk policy (`chunk_policy_checkpoint`'s kinds) as a checkpoint folder (config.json +
+    model.safetensors) that `load_policy` loads; `run` is the run config stored beside it (what it was trained on)."""
     config, state = chunk_policy_checkpoint(net)
     return checkpoint.save(path, {**lerobot_fields(net), "policy": config, "run": dict(run or {})}, state)
 

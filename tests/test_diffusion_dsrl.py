@@ -13,7 +13,8 @@ from test_flow_policy import bc_fit_error
 
 from policies.diffusion import DiffusionPolicy, cosine_alphas_cumprod
 from policies.flow import FlowPolicy
-from robolearn.algos.dsrl import DSRLConfig, NoiseActionEnv, dsrl_runner
+from policies.steered import SteeredChunkPolicy
+from robolearn.algos.dsrl import DSRLConfig, NoiseActionEnv, dsrl_runner, steered_policy
 from robolearn.algos.sac import SACConfig
 from robolearn.errors import ConfigError
 
@@ -125,6 +126,11 @@ def test_dsrl_steers_a_frozen_policy_and_resumes(tmp_path, variant, latent):
     assert resumed.updates == runner.updates and resumed.env_steps == runner.env_steps
     for name, tensor in runner.algo.model_state().items():  # DSRL-NA's noise critic and base policy included
         torch.testing.assert_close(resumed.algo.model_state()[name], tensor, msg=name)
+    steered, obs = steered_policy(runner), torch.randn(5, 2)  # the result as one policy: w = tanh(mu) -> chunk
+    with torch.no_grad():
+        w = runner.algo.actor.mode(obs)
+        torch.testing.assert_close(steered(obs), runner.env.base.sample(obs, "ode", noise=w.reshape(5, -1, 2)
+                                                                        .expand(-1, 2, -1))[0])
 
 
 def test_dsrl_warm_up_plays_the_base_policy_and_evaluates_sampled_latents(tmp_path):
@@ -142,7 +148,7 @@ def test_dsrl_warm_up_plays_the_base_policy_and_evaluates_sampled_latents(tmp_pa
         DSRLConfig(warmup="random")
 
 
-@pytest.mark.parametrize("kind", ["flow", "diffusion"])
+@pytest.mark.parametrize("kind", ["flow", "diffusion", "steered"])
 def test_chunk_checkpoints_load_as_policies_that_run_their_chunks(tmp_path, kind):
     """`save_chunk_policy` -> `load_policy`: the same network (normaliser included); one action per call from a
     queue of H, re-planned from the observation of the call that finds it empty; `reset` empties it; sampling is
@@ -150,9 +156,15 @@ def test_chunk_checkpoints_load_as_policies_that_run_their_chunks(tmp_path, kind
     from robolearn.policy_io import load_policy, save_chunk_policy
 
     torch.manual_seed(0)
-    net = (FlowPolicy(3, 2, chunk=3, hidden=(16,), num_steps=4) if kind == "flow"
-           else DiffusionPolicy(3, 2, chunk=3, hidden=(16,), train_steps=20, inference_steps=4))
-    net.obs_norm.update(torch.randn(50, 3) * 4.0 + 1.0)
+    if kind == "steered":  # a DSRL result: a latent actor (one 2-dim noise for the chunk) over a frozen flow
+        actor = {"obs_dim": 3, "num_actions": 2, "hidden": (16,)}
+        net = SteeredChunkPolicy("flow", FlowPolicy(3, 2, chunk=3, hidden=(16,), num_steps=4).config, actor, 1.5, True)
+        with pytest.raises(ValueError, match="latent"):
+            SteeredChunkPolicy("flow", net.base.config, {**actor, "num_actions": 6}, 1.5, True)
+    else:
+        net = (FlowPolicy(3, 2, chunk=3, hidden=(16,), num_steps=4) if kind == "flow"
+               else DiffusionPolicy(3, 2, chunk=3, hidden=(16,), train_steps=20, inference_steps=4))
+    (net.base if kind == "steered" else net).obs_norm.update(torch.randn(50, 3) * 4.0 + 1.0)
     save_chunk_policy(tmp_path / "ckpt", net, {"env": {"name": "point-mass"}})
     policy = load_policy(tmp_path / "ckpt")
     assert policy.kind == kind and policy.run["env"]["name"] == "point-mass"

@@ -163,3 +163,18 @@ def test_cli_chunk_bc_then_flow_rl_resumed_then_eval(tmp_path, capsys):
     assert [h.split()[0] for h in history] == ["iteration=0", "iteration=1", "iteration=2"]
     assert main(["eval", f"checkpoint={rl / 'checkpoints' / 'final'}", "episodes=2", "device=cpu"]) == 0
     assert main(["flow-rl", f"checkpoint={data}"]) != 0  # not a checkpoint: a clear error, no traceback
+
+    # DSRL from the same BC checkpoint: SAC over its noise, resumed, then its steered policy evaluated
+    from robolearn.policy_io import load_policy
+
+    ds = tmp_path / "dsrl"
+    small = [f"checkpoint={bc}", f"run_dir={ds}", "num_envs=4", "eval_envs=2", "checkpoint_interval=1",
+             "dsrl.steps_per_iteration=5", "dsrl.eval_every=40", "sac.learning_starts=8", "sac.batch_size=8",
+             "sac.actor_hidden=[16]", "sac.critic_hidden=[16]"]
+    assert main(["dsrl", "iterations=1", *small]) == 0
+    assert main(["dsrl", "iterations=2", "resume=true", *small]) == 0
+    assert "steered policy:" in capsys.readouterr().out
+    steered = load_policy(ds / "policy")
+    assert steered.kind == "steered" and steered.run["env"]["name"] == "point-mass"
+    assert main(["eval", f"checkpoint={ds / 'policy'}", "episodes=2", "device=cpu"]) == 0
+    assert main(["dsrl", f"checkpoint={data}"]) != 0
