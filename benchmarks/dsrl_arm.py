@@ -8,7 +8,8 @@ Before DSRL starts, the frozen base policy itself is scored on the same starts u
 DSRL box [-magnitude, magnitude]. These are the levels DSRL's first evaluation (its untrained actor plays latents
 near zero) and its warm-up data come from, so an improvement is measured against them.
 
-    python benchmarks/dsrl_arm.py                  # -> benchmarks/results/dsrl_arm-push_cpu.{json,png}
+    python benchmarks/dsrl_arm.py                  # -> benchmarks/results/dsrl_arm-push_cpu.json
+    python benchmarks/dsrl_arm.py --plot a.json b.json --out results/x   # their curves -> results/x.png
 """
 
 from __future__ import annotations
@@ -67,8 +68,12 @@ def main() -> None:
     parser.add_argument("--latent", default="chunk", choices=["chunk", "shared"],
                         help="shared: one noise vector for the whole chunk (DSRL-pi0)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plot", nargs="+", default=None, help="only plot these results' curves to <out>.png")
     parser.add_argument("--out", default=str(OUT / f"dsrl_{TASK}_cpu"))
     args = parser.parse_args()
+    if args.plot:
+        plot([json.loads(Path(p).read_text()) for p in args.plot], args.out + ".png")
+        return
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     began = time.perf_counter()
@@ -104,6 +109,27 @@ def main() -> None:
     print(json.dumps({"bc": bc, "base_success": base_success, "summary": summary}, indent=1))
     Path(args.out).parent.mkdir(exist_ok=True)
     Path(args.out + ".json").write_text(json.dumps(result, indent=1))
+
+
+def plot(results: list[dict], path: str) -> None:
+    """Success against env steps, one line per result (seed), each base's zero-noise success dotted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for r in results:
+        line, = ax.plot([c["env_steps"] / 1e3 for c in r["curve"]], [100 * c["success"] for c in r["curve"]],
+                        marker="o", ms=3, label=f"DSRL, seed {r['config']['seed']}")
+        ax.axhline(100 * r["base_success"]["zero"], ls=":", color=line.get_color())
+    ax.set_xlabel("env steps (thousands)")
+    ax.set_ylabel(f"success on 100 starts of {results[0]['task']} (%)")
+    ax.set_title("DSRL over a BC diffusion policy (dotted: the base, zero noise)", fontsize=9)
+    ax.set_ylim(0, 100)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def score_base(base: torch.nn.Module, eval_env: object, magnitude: float, seed: int) -> dict[str, float]:
