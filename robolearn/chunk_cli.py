@@ -158,7 +158,7 @@ def cmd_flow_rl(cfg: FlowRLCommand) -> int:
 
 def cmd_dsrl(cfg: DSRLCommand) -> int:
     import sim
-    from robolearn.algos.dsrl import dsrl_runner, steered_policy
+    from robolearn.algos.dsrl import dsrl_runner, restore_dsrl, steered_policy
     from robolearn.policy_io import load_policy, save_chunk_policy
 
     if not cfg.checkpoint:
@@ -180,7 +180,7 @@ def cmd_dsrl(cfg: DSRLCommand) -> int:
     try:
         runner = dsrl_runner(loaded.actor, env, eval_env, cfg.sac, run_dir, dsrl, seed=cfg.seed, progress=True)
         if cfg.resume:
-            runner.restore(run_dir / "checkpoints" / "latest")
+            restore_dsrl(runner, run_dir / "checkpoints" / "latest")
         runner.learn(cfg.iterations, checkpoint_interval=cfg.checkpoint_interval)
     finally:
         env.close()

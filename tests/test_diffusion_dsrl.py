@@ -144,6 +144,11 @@ def test_dsrl_warm_up_plays_the_base_policy_and_evaluates_sampled_latents(tmp_pa
     assert len(w) == 4000 and abs(float(w.std()) - 0.5) < 0.03  # N(0, 1) / 2: std 0.5 (uniform: 0.58)
     assert 0.02 < float((w.abs() == 1.0).float().mean()) < 0.07  # |N(0, 1)| > 2 clipped: 4.6%
     assert runner.eval_deterministic is False
+    uniform = dsrl_runner(identity_flow(), ReachEnv(50), ReachEnv(2), sac, tmp_path / "u", DSRLConfig(
+        magnitude=2.0, steps_per_iteration=20, eval_every=1000, latent="chunk", warmup="uniform"), seed=0)
+    uniform.learn(1, checkpoint_interval=10)
+    w = uniform.learner.buffer.actions[:20].flatten()
+    assert abs(float(w.std()) - 3 ** -0.5) < 0.03 and float(w.abs().max()) <= 1.0  # uniform in [-1, 1]
     with pytest.raises(ConfigError, match="warmup"):
         DSRLConfig(warmup="random")
 

@@ -172,6 +172,7 @@ def test_cli_chunk_bc_then_flow_rl_resumed_then_eval(tmp_path, capsys):
              "dsrl.steps_per_iteration=5", "dsrl.eval_every=40", "sac.learning_starts=8", "sac.batch_size=8",
              "sac.actor_hidden=[16]", "sac.critic_hidden=[16]"]
     assert main(["dsrl", "iterations=1", *small]) == 0
+    assert main(["dsrl", "iterations=3", "resume=true", "dsrl.magnitude=1.0", *small]) != 0  # not its settings
     assert main(["dsrl", "iterations=2", "resume=true", *small]) == 0
     assert "steered policy:" in capsys.readouterr().out
     steered = load_policy(ds / "policy")

@@ -4,6 +4,7 @@ checkpoint that `load_policy` plays, and Flow-Noise PPO in the pixels env, check
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -159,6 +160,9 @@ def test_arm_tasks_from_pixels_to_a_checkpoint_and_flow_noise_ppo(tmp_path):
     assert torch.equal(policy.vision[0].weight, before["vision.0.weight"])
     assert not torch.equal(policy.mix[1].weight, before["mix.1.weight"])
     assert all(p.requires_grad for p in policy.parameters())
+    with pytest.raises(ConfigError, match="freeze_vision"):  # its optimizer holds other parameters
+        finetune_flow(policy, train_env, dataclasses.replace(cfg, freeze_vision=False, iterations=3),
+                      run_dir=tmp_path / "rl", resume=True)
     final = tmp_path / "rl" / "checkpoints" / "final"
     assert load_policy(final).policy_config["kind"] == "vla"
     assert np.isfinite(evaluate(final, episodes=2))

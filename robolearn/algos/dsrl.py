@@ -31,6 +31,7 @@ Q^W learns from every relabelled noise, not only the played ones.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from policies.diffusion import DiffusionPolicy
 from policies.ensemble import QEnsemble
 from policies.flow import FlowPolicy
 from policies.steered import SteeredChunkPolicy, denoise, latent_noise
+from robolearn import checkpoint
 from robolearn.algos.sac import SAC, SACConfig, polyak_update, shaped_rewards
 from robolearn.chunks import run_chunk
 from robolearn.errors import ConfigError
@@ -211,7 +213,7 @@ def dsrl_runner(base: FlowPolicy | DiffusionPolicy, env: Any, eval_env: Any | No
     config = {"algo": {"name": "dsrl", **dataclasses.asdict(sac), **dataclasses.asdict(cfg)},
               "env": noise_env.cfg, "seed": seed}
     task = env.cfg.get("task") if isinstance(env.cfg, dict) else None
-    warmup = base_policy_latents(noise_env.num_actions, cfg.magnitude) if cfg.warmup == "base" else None
+    warmup = (base_policy_latents if cfg.warmup == "base" else uniform_latents)(noise_env.num_actions, cfg.magnitude)
     return OffPolicyRunner(noise_env, algo, run_dir, config, seed=seed, progress=progress,
                            steps_per_iteration=cfg.steps_per_iteration, eval_env=eval_noise_env,
                            eval_every=cfg.eval_every, reference=task_reference(task) if task else None,
@@ -227,6 +229,27 @@ def steered_policy(runner: OffPolicyRunner) -> SteeredChunkPolicy:
                     "activation": algo.cfg.activation, "layer_norm": algo.cfg.actor_layer_norm,
                     "obs_norm": algo.cfg.normalize_states}
     return SteeredChunkPolicy.wrap(env.base, algo.actor, actor_config, env.magnitude, env.shared)
+
+
+def restore_dsrl(runner: OffPolicyRunner, path: str | Path) -> None:
+    """Continue `runner` from its checkpoint `path`, refusing one saved with other DSRL or SAC settings (a different
+    variant, latent, magnitude or network would load partly and silently)."""
+    saved = checkpoint.load(path)[0].get("run", {}).get("algo", {})
+    current = json.loads(json.dumps(runner.config["algo"]))  # tuples as the saved JSON has them
+    differ = sorted(k for k in current.keys() | saved.keys()
+                    if k not in ("eval_every", "eval_deterministic") and current.get(k) != saved.get(k))
+    if differ:
+        raise ConfigError(f"{path} was saved with other DSRL/SAC settings ({', '.join(differ)}): resume with its own")
+    runner.restore(path)
+
+
+def uniform_latents(num_actions: int, magnitude: float) -> Any:
+    """Uniform latent actions in [-1, 1] (DSRL's `warmup: uniform`), whatever SAC's own `random_warmup` says."""
+
+    def draw(num_envs: int, generator: torch.Generator) -> torch.Tensor:
+        return torch.rand(num_envs, num_actions, generator=generator) * 2.0 - 1.0
+
+    return draw
 
 
 def base_policy_latents(num_actions: int, magnitude: float) -> Any:

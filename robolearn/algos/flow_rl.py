@@ -283,8 +283,11 @@ def save_flow_run(path: Any, learner: FlowRL, iteration: int, env_steps: int, ge
 
 def restore_flow_run(path: Any, learner: FlowRL, generator: torch.Generator) -> tuple[int, int]:
     """Load `save_flow_run`'s checkpoint into `learner` and `generator`; returns (iteration, env_steps)."""
-    _, state = checkpoint.load(path)
+    config, state = checkpoint.load(path)
     meta, tensors = checkpoint.load_trainer(path)
+    saved = config.get("flow_rl", {}).get("freeze_vision", False)
+    if saved != learner.cfg.freeze_vision:  # the actor's optimizer holds other parameters
+        raise ConfigError(f"{path} was trained with freeze_vision={saved}: resume with the same")
     learner.policy.load_state_dict({k[len("actor."):]: v for k, v in state.items() if k.startswith("actor.")})
     optimizers = {"actor": learner.actor_opt}
     if learner.critic is not None:
@@ -313,47 +316,50 @@ def finetune_flow(policy: FlowPolicy, env: Any, cfg: FlowRLConfig, eval_env: Any
         raise ConfigError(f"GRPO needs num_envs ({env.num_envs}) divisible by group_size ({cfg.group_size})")
     decisions = episode_chunks if cfg.algo == "grpo" or cfg.rollout_chunks is None else cfg.rollout_chunks
     obs = env.observation_shapes
-    learner = FlowRL(policy, (obs.get("critic") or obs["policy"])[0], cfg)
-    checkpoints = Path(run_dir) / "checkpoints" if run_dir is not None else None
-    if run is None and hasattr(env, "task"):  # a sim VecEnv: enough for `robolearn eval` and deploy's control rate
-        task_cfg = env.task.cfg
-        run = {"env": {"name": env.task.name, "num_envs": env.num_envs,
-                       "policy_dt": float(task_cfg.ctrl_dt * task_cfg.action_repeat)}}
-        if getattr(env, "pixels", None):  # a VLA's camera: `robolearn eval` renders the same frames
-            run["env"]["pixels"] = dict(env.pixels)
-    if resume and checkpoints is None:
-        raise ConfigError("resume=True needs the run_dir whose checkpoints/latest to continue from")
-    history: list[dict[str, float]] = []
-    start, env_steps = restore_flow_run(checkpoints / "latest", learner, generator) if resume else (0, 0)
-    if not resume:
-        row: dict[str, float] = {"iteration": 0, "env_steps": 0, "wall_s": 0.0}
-        if eval_env is not None:
-            row.update({f"eval/{k}": v for k, v in evaluate_flow(eval_env, policy).items()})
-        history.append(row)
-        if log:
-            log(row)
-    began = time.perf_counter()
-    current = env.reset(seed=cfg.seed + start)
-    for it in range(start + 1, cfg.iterations + 1):
-        if cfg.algo == "grpo":  # each group of envs starts one episode from a shared state
-            current = env.reset(seed=cfg.seed * 100_003 + it, group_size=cfg.group_size)
-        ro, current = collect_chunks(env, policy, learner.critic, current, decisions, cfg.mode, generator)
-        env_steps += decisions * policy.chunk * env.num_envs
-        warm = cfg.algo == "ppo" and it <= cfg.critic_warmup
-        stats = learner.update(ro, current, train_actor=not warm, generator=generator)
-        row = {"iteration": it, "env_steps": env_steps, "wall_s": time.perf_counter() - began,
-               "rollout/return": sum(r for r, _ in ro.episodes) / max(len(ro.episodes), 1),
-               "rollout/success": _success_rate(ro.episodes), **stats}
-        if it % cfg.eval_every == 0 or it == cfg.iterations:
+    flags = [p.requires_grad for p in policy.parameters()]  # freeze_vision holds only for this run
+    try:
+        learner = FlowRL(policy, (obs.get("critic") or obs["policy"])[0], cfg)
+        checkpoints = Path(run_dir) / "checkpoints" if run_dir is not None else None
+        if run is None and hasattr(env, "task"):  # a sim VecEnv: enough for `robolearn eval` and deploy's control rate
+            task_cfg = env.task.cfg
+            run = {"env": {"name": env.task.name, "num_envs": env.num_envs,
+                           "policy_dt": float(task_cfg.ctrl_dt * task_cfg.action_repeat)}}
+            if getattr(env, "pixels", None):  # a VLA's camera: `robolearn eval` renders the same frames
+                run["env"]["pixels"] = dict(env.pixels)
+        if resume and checkpoints is None:
+            raise ConfigError("resume=True needs the run_dir whose checkpoints/latest to continue from")
+        history: list[dict[str, float]] = []
+        start, env_steps = restore_flow_run(checkpoints / "latest", learner, generator) if resume else (0, 0)
+        if not resume:
+            row: dict[str, float] = {"iteration": 0, "env_steps": 0, "wall_s": 0.0}
             if eval_env is not None:
                 row.update({f"eval/{k}": v for k, v in evaluate_flow(eval_env, policy).items()})
-            if checkpoints is not None:
-                save_flow_run(checkpoints / "latest", learner, it, env_steps, generator, run)
-        history.append(row)
-        if log:
-            log(row)
-    if checkpoints is not None:
-        save_flow_run(checkpoints / "final", learner, cfg.iterations, env_steps, generator, run)
-    for p in policy.parameters():  # freeze_vision held only for this run
-        p.requires_grad_(True)
+            history.append(row)
+            if log:
+                log(row)
+        began = time.perf_counter()
+        current = env.reset(seed=cfg.seed + start)
+        for it in range(start + 1, cfg.iterations + 1):
+            if cfg.algo == "grpo":  # each group of envs starts one episode from a shared state
+                current = env.reset(seed=cfg.seed * 100_003 + it, group_size=cfg.group_size)
+            ro, current = collect_chunks(env, policy, learner.critic, current, decisions, cfg.mode, generator)
+            env_steps += decisions * policy.chunk * env.num_envs
+            warm = cfg.algo == "ppo" and it <= cfg.critic_warmup
+            stats = learner.update(ro, current, train_actor=not warm, generator=generator)
+            row = {"iteration": it, "env_steps": env_steps, "wall_s": time.perf_counter() - began,
+                   "rollout/return": sum(r for r, _ in ro.episodes) / max(len(ro.episodes), 1),
+                   "rollout/success": _success_rate(ro.episodes), **stats}
+            if it % cfg.eval_every == 0 or it == cfg.iterations:
+                if eval_env is not None:
+                    row.update({f"eval/{k}": v for k, v in evaluate_flow(eval_env, policy).items()})
+                if checkpoints is not None:
+                    save_flow_run(checkpoints / "latest", learner, it, env_steps, generator, run)
+            history.append(row)
+            if log:
+                log(row)
+        if checkpoints is not None:
+            save_flow_run(checkpoints / "final", learner, cfg.iterations, env_steps, generator, run)
+    finally:
+        for p, flag in zip(policy.parameters(), flags, strict=True):
+            p.requires_grad_(flag)
     return policy, history
