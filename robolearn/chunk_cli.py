@@ -73,6 +73,16 @@ class DSRLCommand:
     sac: SACConfig = dataclasses.field(default_factory=dsrl_sac)
 
 
+def checkpoint_task(run: dict, source: object, env: str | None) -> tuple[dict, str, dict]:
+    """(the checkpoint's env config, the task: `env` or the recorded one, its recorded overrides when it is that
+    task); a checkpoint that records no task needs `env=`."""
+    env_cfg = dict(run.get("env") or {})
+    task = env or env_cfg.get("name")
+    if not task:
+        raise ConfigError(f"{source} records no task: pass env=<task>")
+    return env_cfg, task, (env_cfg.get("overrides") or {}) if task == env_cfg.get("name") else {}
+
+
 def cmd_chunk_bc(cfg: ChunkBCCommand) -> int:
     from robolearn.algos.chunk_bc import train_chunk_bc
     from robolearn.data.formats import load_dataset
@@ -116,11 +126,7 @@ def cmd_flow_rl(cfg: FlowRLCommand) -> int:
     policy = loaded.actor.train()
     if not isinstance(policy, FlowPolicy):
         raise ConfigError(f"{source} holds a {loaded.kind} policy; flow-rl fine-tunes flow and VLA chunk policies")
-    env_cfg = dict(loaded.run.get("env") or {})
-    task = cfg.env or env_cfg.get("name")
-    if not task:
-        raise ConfigError(f"{source} records no task: pass env=<task>")
-    overrides = (env_cfg.get("overrides") or {}) if task == env_cfg.get("name") else {}
+    env_cfg, task, overrides = checkpoint_task(loaded.run, source, cfg.env)
     vla = isinstance(policy, VLAPolicy)
     pixels = None
     if vla:
@@ -166,11 +172,7 @@ def cmd_dsrl(cfg: DSRLCommand) -> int:
     loaded = load_policy(cfg.checkpoint)
     if loaded.kind not in ("flow", "diffusion"):
         raise ConfigError(f"{cfg.checkpoint} holds a {loaded.kind} policy; dsrl steers flow and diffusion policies")
-    env_cfg = dict(loaded.run.get("env") or {})
-    task = cfg.env or env_cfg.get("name")
-    if not task:
-        raise ConfigError(f"{cfg.checkpoint} records no task: pass env=<task>")
-    overrides = (env_cfg.get("overrides") or {}) if task == env_cfg.get("name") else {}
+    env_cfg, task, overrides = checkpoint_task(loaded.run, cfg.checkpoint, cfg.env)
     run_dir = Path(cfg.run_dir or f"runs/{task}-dsrl-{time.strftime('%Y%m%d-%H%M%S')}")
     if cfg.resume and not (run_dir / "checkpoints" / "latest").exists():
         raise ConfigError(f"resume=true: no {run_dir / 'checkpoints' / 'latest'} to continue from")
