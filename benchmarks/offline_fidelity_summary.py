@@ -6,7 +6,8 @@ and 300K steps. This reads every cell of the given bench folders, takes each run
 evaluation, so a 300K run also gives its 100K score; one value per (algo, dataset, seed, step), so a run resumed
 into a longer suite counts once), and writes, per dataset, the mean ± std over seeds at each budget and whether
 each algorithm sits where CORL's halfcheetah table puts it relative to BC (D4RL-style medium-replay and
-medium-expert: every other algorithm above BC; random: BC worst).
+medium-expert: every other algorithm above BC; random: BC worst). `cql_authors` is CQL with its authors' gym-mujoco
+command (configs/bench/offline-fidelity-cql-authors.yaml) beside CORL's config (`cql`).
 
     .venv/bin/python benchmarks/offline_fidelity_summary.py   # -> results/offline_fidelity_summary.{md,json}
 """
@@ -24,9 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from robolearn.bench import load_cells  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-FOLDERS = ["offline_fidelity", "offline_fidelity_long", "offline_fidelity_iql_long", "offline_fidelity_cql_long"]
-BUDGETS = [25_000, 100_000, 300_000]
-ALGOS = ["bc", "td3_bc", "iql", "cql", "rebrac"]
+FOLDERS = ["offline_fidelity", "offline_fidelity_long", "offline_fidelity_iql_long", "offline_fidelity_cql_long",
+           "offline_fidelity_bc_long", "offline_fidelity_cql_authors"]
+BUDGETS = [25_000, 100_000, 150_000, 300_000]
+ALGOS = ["bc", "td3_bc", "iql", "cql", "cql_authors", "rebrac"]
 #: CORL's "last" scores on halfcheetah (README; ../shared/references/offline-o2o.md section 4.3), for the ordering.
 CORL = {"medium-replay": {"bc": 35.66, "td3_bc": 44.84, "cql": 45.04, "iql": 44.46, "rebrac": 51.18},
         "medium-expert": {"bc": 55.95, "td3_bc": 90.78, "cql": 95.63, "iql": 94.74, "rebrac": 103.80}}
@@ -86,7 +88,7 @@ def summarise(table: dict[str, dict[str, dict[int, dict[int, float]]]]) -> tuple
                 others = [float(np.mean(list(stats[a][b].values()))) for a in stats if a != "bc" and stats[a][b]]
                 note = verdict(kind, algo, mean, bc, all(bc < o for o in others))
                 note = f"{note} ({b // 1000}K)" if note else ""
-            corl = CORL.get(kind, {}).get(algo)
+            corl = CORL.get(kind, {}).get(algo.removesuffix("_authors"))
             lines.append(f"| {algo} | " + " | ".join(cells) + f" | {note} | {'-' if corl is None else corl} |")
         lines.append("")
     return lines, record
@@ -97,10 +99,11 @@ def main() -> None:
     parser.add_argument("folders", nargs="*", default=[str(RESULTS / f) for f in FOLDERS])
     parser.add_argument("--out", default=str(RESULTS / "offline_fidelity_summary"))
     args = parser.parse_args()
-    table = gather([Path(f) for f in args.folders])
+    folders = [Path(f) for f in args.folders if (Path(f) / "cells").is_dir()]
+    table = gather(folders)
     lines, record = summarise(table)
     Path(args.out + ".md").write_text("\n".join(lines) + "\n")
-    Path(args.out + ".json").write_text(json.dumps({"folders": [Path(f).name for f in args.folders],
+    Path(args.out + ".json").write_text(json.dumps({"folders": [f.name for f in folders],
                                                     "budgets": BUDGETS, "scores": record}, indent=1) + "\n")
     print("\n".join(lines))
 
