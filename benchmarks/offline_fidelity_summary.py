@@ -10,6 +10,12 @@ medium-expert: every other algorithm above BC; random: BC worst). `cql_authors` 
 command (configs/bench/offline-fidelity-cql-authors.yaml) beside CORL's config (`cql`).
 
     .venv/bin/python benchmarks/offline_fidelity_summary.py   # -> results/offline_fidelity_summary.{md,json}
+
+Only fold benches run on the same generated datasets: a regenerated suite differs (its behaviour SAC run is not
+bit-reproducible on CPU), so the benches run after a regeneration get their own table:
+
+    .venv/bin/python benchmarks/offline_fidelity_summary.py benchmarks/results/offline_fidelity_{bc_long,cql_authors} \
+        --out benchmarks/results/offline_fidelity_summary_regenerated
 """
 
 from __future__ import annotations
@@ -25,8 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from robolearn.bench import load_cells  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-FOLDERS = ["offline_fidelity", "offline_fidelity_long", "offline_fidelity_iql_long", "offline_fidelity_cql_long",
-           "offline_fidelity_bc_long", "offline_fidelity_cql_authors"]
+FOLDERS = ["offline_fidelity", "offline_fidelity_long", "offline_fidelity_iql_long", "offline_fidelity_cql_long"]
 BUDGETS = [25_000, 100_000, 150_000, 300_000]
 ALGOS = ["bc", "td3_bc", "iql", "cql", "cql_authors", "rebrac"]
 #: CORL's "last" scores on halfcheetah (README; ../shared/references/offline-o2o.md section 4.3), for the ordering.
