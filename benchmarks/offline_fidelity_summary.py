@@ -12,10 +12,8 @@ command (configs/bench/offline-fidelity-cql-authors.yaml) beside CORL's config (
     .venv/bin/python benchmarks/offline_fidelity_summary.py   # -> results/offline_fidelity_summary.{md,json}
 
 Only fold benches run on the same generated datasets: a regenerated suite differs (its behaviour SAC run is not
-bit-reproducible on CPU), so the benches run after a regeneration get their own table:
-
-    .venv/bin/python benchmarks/offline_fidelity_summary.py benchmarks/results/offline_fidelity_{bc_long,cql_authors} \
-        --out benchmarks/results/offline_fidelity_summary_regenerated
+bit-reproducible on CPU), so benches run after a regeneration belong in their own table (folders as arguments,
+another ``--out``).
 """
 
 from __future__ import annotations
