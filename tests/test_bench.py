@@ -206,7 +206,9 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
             assert cfg.algo == cell.algo and cfg.dataset == cell.dataset and cfg.online_steps == online_steps
             if name == "o2o-cpu":  # 64x64 networks in the phase that creates them
                 assert "algo.critic_hidden=[64,64]" in (cfg.offline if cfg.methods[cfg.algo].offline else cfg.online)
-    for name in ("smoke", "prior-data", "offline-locomotion", "offline-fidelity", "offline-fidelity-long"):
+    for name in ("smoke", "prior-data", "offline-locomotion", "offline-fidelity", "offline-fidelity-long",
+                 "offline-fidelity-iql-long", "offline-fidelity-cql-long", "offline-fidelity-bc-long",
+                 "offline-fidelity-cql-authors"):
         suite = load_suite(suite_path(name))
         cells = plan(suite, tmp_path / name)
         assert len(cells) == len(suite.algos) * len(suite.datasets) * len(suite.seeds)
