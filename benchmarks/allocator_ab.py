@@ -1,4 +1,4 @@
-"""CQL gradient steps/s with glibc's default malloc thresholds against `robolearn.cpu.tune_allocator`'s, back to
+"""CQL gradient steps/s with glibc's default malloc thresholds against `robolearn.core.cpu.tune_allocator`'s, back to
 back on one machine (each in a fresh process, one thread, 256x256 networks, random batches of 256).
 
     python benchmarks/allocator_ab.py     # -> benchmarks/results/allocator_ab_cpu.json
@@ -19,7 +19,7 @@ from benchmarks.sim_throughput import machine_info  # noqa: E402
 WORKER = """
 import sys, time, torch
 sys.path.insert(0, {root!r})
-from robolearn.cpu import tune_allocator
+from robolearn.core.cpu import tune_allocator
 from benchmarks.offline_vs_d3rlpy import robolearn_algo
 tuned = tune_allocator()
 torch.set_num_threads(1)

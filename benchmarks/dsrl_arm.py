@@ -1,6 +1,7 @@
 """DSRL on `arm-push` (CPU): the same demonstrations as `benchmarks/flow_rl_arm.py` (the scripted controller,
 noise-free), behaviour cloning of a diffusion action-chunk policy (DDPM, DDIM with 10 steps, chunks of 5), then SAC
-over its initial noise with the policy frozen (`robolearn.algos.dsrl`); success of the latent policy on 100 held-out
+over its initial noise with the policy frozen (`robolearn.algos.chunk.dsrl`);
+success of the latent policy on 100 held-out
 initial states along the way, with wall-clock.
 
 Before DSRL starts, the frozen base policy itself is scored on the same starts under fixed noise distributions
@@ -32,9 +33,10 @@ from benchmarks.sim_throughput import machine_info  # noqa: E402
 
 def main() -> None:
     import sim
-    from robolearn.algos.chunk_bc import ChunkBCConfig, train_chunk_bc
-    from robolearn.algos.dsrl import DSRLConfig, dsrl_runner
-    from robolearn.algos.sac import SACConfig
+    from robolearn.algos.chunk.chunk_bc import ChunkBCConfig, train_chunk_bc
+    from robolearn.algos.chunk.dsrl import DSRLConfig
+    from robolearn.algos.online.sac import SACConfig
+    from robolearn.runners.dsrl import dsrl_runner
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--demos", type=int, default=100)
@@ -135,7 +137,7 @@ def plot(results: list[dict], path: str) -> None:
 def score_base(base: torch.nn.Module, eval_env: object, magnitude: float, seed: int) -> dict[str, float]:
     """Success of the frozen base policy on `eval_env`'s starts with initial noise zero, N(0, I) and uniform in
     [-magnitude, magnitude] (fixed distributions, no learning), through DSRL's own noise-action wrapper."""
-    from robolearn.algos.dsrl import NoiseActionEnv
+    from robolearn.algos.chunk.dsrl import NoiseActionEnv
     from robolearn.runners.base import evaluate_policy
 
     wrapped = NoiseActionEnv(eval_env, base, magnitude=1.0)  # actions are the noise itself here

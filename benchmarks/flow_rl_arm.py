@@ -1,6 +1,6 @@
 """Flow-policy RL fine-tuning on `arm-push` (pi_RL's recipe at toy scale, CPU): demonstrations of the scripted
-controller, behaviour cloning of a flow-matching action-chunk policy (`robolearn.algos.chunk_bc`), then PPO with
-Flow-SDE and GAE over chunks (`robolearn.algos.flow_rl`), and the same with GRPO; success of the ODE sampler on
+controller, behaviour cloning of a flow-matching action-chunk policy (`robolearn.algos.chunk.chunk_bc`), then PPO with
+Flow-SDE and GAE over chunks (`robolearn.algos.chunk.flow_rl`), and the same with GRPO; success of the ODE sampler on
 100 held-out initial states along the way, with wall-clock. Then the speed side by side with the plain MLP PPO
 on the same task and envs: env-steps/s of a rollout and gradient updates/s.
 
@@ -30,7 +30,7 @@ TASK = "arm-push"
 def demonstrations(episodes: int, seed: int, noise: float = 0.0) -> object:
     """`episodes` episodes of the task's scripted reference controller (the BC data of both arm benchmarks),
     noise-free unless `noise` (Gaussian action noise of that std: diverse demonstrations)."""
-    from robolearn.collect import CollectConfig, collect
+    from robolearn.collect.generate import CollectConfig, collect
     from robolearn.config import EnvConfig
 
     return collect(CollectConfig(env=EnvConfig(name=TASK, num_envs=min(episodes, 50)), kind="expert",
@@ -40,7 +40,7 @@ def demonstrations(episodes: int, seed: int, noise: float = 0.0) -> object:
 
 def bc_policy(args: argparse.Namespace) -> tuple[dict, dict]:
     """The BC flow policy's weights and what it took: `demos` noise-free episodes of the reference controller."""
-    from robolearn.algos.chunk_bc import ChunkBCConfig, train_chunk_bc
+    from robolearn.algos.chunk.chunk_bc import ChunkBCConfig, train_chunk_bc
 
     began = time.perf_counter()
     data = demonstrations(args.demos, args.seed)
@@ -56,7 +56,8 @@ def finetune(job: tuple[str, dict, argparse.Namespace]) -> tuple[str, list[dict]
     """One fine-tuning run from the BC weights (its own process, one thread)."""
     import sim
     from policies.flow import FlowPolicy
-    from robolearn.algos.flow_rl import FlowRLConfig, finetune_flow
+    from robolearn.algos.chunk.flow_rl import FlowRLConfig
+    from robolearn.runners.flow import finetune_flow
 
     algo, weights, args = job
     torch.set_num_threads(1)
@@ -75,8 +76,9 @@ def speed(args: argparse.Namespace) -> dict:
     """Env-steps/s of rollouts and updates/s: flow PPO (Flow-SDE, chunk H) vs the MLP PPO, same envs, one thread."""
     import sim
     from policies.flow import FlowPolicy
-    from robolearn.algos.flow_rl import FlowRL, FlowRLConfig, collect_chunks
-    from robolearn.algos.ppo import PPO, PPOConfig, RolloutStorage
+    from robolearn.algos.chunk.flow_rl import FlowRL, FlowRLConfig
+    from robolearn.algos.online.ppo import PPO, PPOConfig, RolloutStorage
+    from robolearn.runners.flow import collect_chunks
 
     torch.set_num_threads(1)
     env = sim.make(TASK, num_envs=args.num_envs, seed=0, nthread=1)

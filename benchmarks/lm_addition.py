@@ -1,6 +1,7 @@
-"""The tiny token-level trainer (`robolearn.lm`): 2-digit addition, a supervised warm-up on 512 problems, then RL
+"""The tiny token-level trainer (`examples.char_lm`): 2-digit addition, a supervised warm-up on 512 problems, then RL
 from the exact-answer reward with GRPO and with PPO (token-level GAE and a value head), from the same
-`robolearn.advantages` and `robolearn.losses` that PPO on robots uses. Greedy accuracy on 512 held-out problems
+`robolearn.core.advantages` and `robolearn.core.losses` that PPO on robots uses.
+Greedy accuracy on 512 held-out problems
 before and after RL, one process per estimator (one thread each).
 
     python benchmarks/lm_addition.py --iterations 300     # -> benchmarks/results/lm_addition_cpu.{json,png}
@@ -19,7 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.sim_throughput import machine_info  # noqa: E402
-from robolearn.lm.rl import LMConfig, train_addition  # noqa: E402
+from examples.char_lm.rl import LMConfig, train_addition  # noqa: E402
 
 OUT = Path(__file__).parent / "results"
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from robolearn.bench import load_cells  # noqa: E402
+from robolearn.bench.report import load_cells  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FOLDERS = ["offline_fidelity", "offline_fidelity_long", "offline_fidelity_iql_long", "offline_fidelity_cql_long"]

@@ -8,11 +8,12 @@ classes are used), ours is `robolearn.algos.<algo>` with its config's defaults (
 
 - ``--algo cql``: CORL's `ContinuousCQL` with its halfcheetah config (cql_alpha 10, 10 actions per kind,
   importance sampling, policy lr 3e-5, qf lr 3e-4, orthogonal init, 3 hidden layers; its hard-coded width 256
-  patched to ``--hidden``) against `robolearn.algos.cql.CQL`. Logged: mean Q(s, a_data), CQL gap (logsumexp minus
+  patched to ``--hidden``) against `robolearn.algos.offline.cql.CQL`. Logged: mean Q(s, a_data), CQL gap
+  (logsumexp minus
   Q(s, a_data)), log pi and temperature.
 - ``--algo iql``: CORL's `ImplicitQLearning` with its halfcheetah config (expectile 0.7, beta 3, Gaussian policy
   with a tanh'd mean and one learned log-std, cosine actor lr over 1M steps, 2 hidden layers of ``--hidden``)
-  against `robolearn.algos.iql.IQL`. Logged: value, critic and actor losses; at each evaluation, on a fixed set
+  against `robolearn.algos.offline.iql.IQL`. Logged: value, critic and actor losses; at each evaluation, on a fixed set
   of 2,000 samples from each half of a medium-expert dataset (the first half of its transitions is the medium
   policy's), the mean advantage per half and the expert half's share of the AWR weight.
 
@@ -131,8 +132,8 @@ def corl_side(algo_name: str, corl: types.ModuleType, batches: tuple[torch.Tenso
 def robolearn_side(algo_name: str, data, hidden: int, scale: float, gen: torch.Generator):
     """robolearn's learner (its config's defaults: CORL's values) with `hidden`-wide layers (CQL: 3 layers,
     IQL: 2): a one-step function, the algorithm (its own `act`) and an advantage function (IQL)."""
-    from robolearn.algos.cql import CQL, CQLConfig
-    from robolearn.algos.iql import IQL, IQLConfig
+    from robolearn.algos.offline.cql import CQL, CQLConfig
+    from robolearn.algos.offline.iql import IQL, IQLConfig
     from robolearn.data.dataset import to_replay_buffer
 
     buffer = to_replay_buffer(data, ["policy"])

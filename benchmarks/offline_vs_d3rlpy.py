@@ -277,8 +277,8 @@ class D3rlpyWorker:
         self.log = log
         self._log_file = open(log, "w")  # noqa: SIM115 - closed in close()
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        if malloc_tuned:  # glibc reads the same thresholds robolearn.cpu sets from these variables
-            from robolearn.cpu import MMAP_BYTES, TRIM_BYTES
+        if malloc_tuned:  # glibc reads the same thresholds robolearn.core.cpu sets from these variables
+            from robolearn.core.cpu import MMAP_BYTES, TRIM_BYTES
 
             env.update(MALLOC_MMAP_THRESHOLD_=str(MMAP_BYTES), MALLOC_TRIM_THRESHOLD_=str(TRIM_BYTES))
         self.proc = subprocess.Popen([python, str(Path(__file__).resolve()), "--d3rlpy-worker"], env=env,
@@ -315,9 +315,9 @@ class D3rlpyWorker:
 # --- the robolearn side ------------------------------------------------------------------------------------------
 
 def robolearn_algo(algo: str, hidden: list[int], obs_dim: int, num_actions: int) -> Any:
-    from robolearn.algos.cql import CQL, CQLConfig
-    from robolearn.algos.iql import IQL, IQLConfig
-    from robolearn.algos.td3_bc import TD3BC, TD3BCConfig
+    from robolearn.algos.offline.cql import CQL, CQLConfig
+    from robolearn.algos.offline.iql import IQL, IQLConfig
+    from robolearn.algos.offline.td3_bc import TD3BC, TD3BCConfig
 
     h = tuple(hidden)
     if algo == "iql":
@@ -524,7 +524,8 @@ def main() -> None:
     ap.add_argument("--eval-seed", type=int, default=1000)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--d3rlpy-malloc-tuned", action="store_true",
-                    help="give d3rlpy's process the glibc malloc thresholds robolearn sets for itself (robolearn.cpu)")
+                    help="give d3rlpy's process the glibc malloc thresholds robolearn sets for itself "
+                         "(robolearn.core.cpu)")
     ap.add_argument("--robolearn-malloc-default", action="store_true",
                     help="leave robolearn's process on glibc's default malloc thresholds")
     ap.add_argument("--skip-speed", action="store_true")
@@ -544,7 +545,7 @@ def main() -> None:
     single_thread()
     import importlib.metadata
 
-    from robolearn.cpu import tune_allocator
+    from robolearn.core.cpu import tune_allocator
 
     malloc_tuned = False if args.robolearn_malloc_default else tune_allocator()
 

@@ -33,9 +33,9 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find the benchmarks package
-import robolearn.algos.sac as sac_module  # noqa: E402
+import robolearn.algos.online.sac as sac_module  # noqa: E402
 from benchmarks.sim_throughput import write_result  # noqa: E402
-from robolearn.algos.sac import SAC, SACConfig  # noqa: E402
+from robolearn.algos.online.sac import SAC, SACConfig  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 ORIGINAL_POLYAK = sac_module.polyak_update

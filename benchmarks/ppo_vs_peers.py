@@ -88,7 +88,7 @@ class Tracker:
 
 
 def run_robolearn(task: str, num_envs: int, args) -> dict[str, Any]:
-    from robolearn.algos.ppo import PPO, PPOConfig
+    from robolearn.algos.online.ppo import PPO, PPOConfig
     from robolearn.runners.on_policy import OnPolicyRunner
 
     torch.manual_seed(0)

@@ -123,7 +123,7 @@ def middleware(kind: str) -> str:
 
 
 def start_fake_car(row: Row, domain: int, rate: float, stats_out: Path, env: dict) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "robolearn.cli", "fake-robot", f"transport={row.robot}", f"domain_id={domain}",
+    cmd = [sys.executable, "-m", "robolearn", "fake-robot", f"transport={row.robot}", f"domain_id={domain}",
            f"rate_hz={rate:g}", "seed=0", f"stats_out={stats_out}", *COMMANDS[row.command][1]]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     lines: queue.Queue[str] = queue.Queue()
@@ -146,7 +146,7 @@ def start_fake_car(row: Row, domain: int, rate: float, stats_out: Path, env: dic
 
 def save_checkpoint(folder: Path) -> Path:
     from policies.actor_critic import ActorCritic
-    from robolearn import checkpoint
+    from robolearn.checkpoints import checkpoint
 
     torch.manual_seed(0)
     model = ActorCritic(10, 2)  # rc-car-track's observation and actions, default hidden sizes

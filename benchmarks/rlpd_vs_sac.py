@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 import sim  # noqa: E402
 from benchmarks.sac_vs_peers import evaluate, overrides  # noqa: E402
 from benchmarks.sim_throughput import write_result  # noqa: E402
-from robolearn.algos.sac import SAC  # noqa: E402
+from robolearn.algos.online.sac import SAC  # noqa: E402
 from robolearn.config import algo_config, compose  # noqa: E402
 from robolearn.runners.off_policy import OffPolicyRunner  # noqa: E402
 

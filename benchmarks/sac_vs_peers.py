@@ -36,7 +36,7 @@ import sim
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find the benchmarks package
 from benchmarks.sim_throughput import write_result  # noqa: E402
-from robolearn.algos.sac import SAC, SACConfig  # noqa: E402
+from robolearn.algos.online.sac import SAC, SACConfig  # noqa: E402
 from robolearn.runners.off_policy import OffPolicyRunner  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"

@@ -29,8 +29,8 @@ OUT = Path(__file__).parent / "results"
 
 def success(policy, task: str, args: argparse.Namespace, instruction: str) -> float:
     """Success rate of the ODE sampler over `eval_envs` held-out starts of `task` under `instruction`."""
-    from robolearn.algos.flow_rl import evaluate_flow
-    from robolearn.vla import VLAEnv, camera
+    from robolearn.algos.chunk.vla import VLAEnv, camera
+    from robolearn.runners.flow import evaluate_flow
 
     env = VLAEnv(sim.make(task, num_envs=args.eval_envs, seed=args.seed + 7, nthread=1,
                           pixels=camera(args.size, args.camera)), policy, instruction)
@@ -44,8 +44,9 @@ def speed(policy, args: argparse.Namespace) -> dict:
     """Env-steps/s of a Flow-Noise rollout and PPO minibatch steps/s: the VLA (frames rendered every step) vs the
     state flow policy of the same action expert, same task and envs, one thread."""
     from policies.flow import FlowPolicy
-    from robolearn.algos.flow_rl import FlowRL, FlowRLConfig, collect_chunks
-    from robolearn.vla import ARM_INSTRUCTIONS, VLAEnv, camera
+    from robolearn.algos.chunk.flow_rl import FlowRL, FlowRLConfig
+    from robolearn.algos.chunk.vla import ARM_INSTRUCTIONS, VLAEnv, camera
+    from robolearn.runners.flow import collect_chunks
 
     out = {}
     cfg = FlowRLConfig(mode="noise")
@@ -78,7 +79,7 @@ def speed(policy, args: argparse.Namespace) -> dict:
 def behaviour_cloning(args: argparse.Namespace, tasks: dict[str, str]) -> dict:
     """Pixels demos of `tasks` (and random-action views for pre-training), then `train_vla_bc`: the policy and
     what it took."""
-    from robolearn.vla import VLAConfig, collect_demos, collect_views, train_vla_bc
+    from robolearn.algos.chunk.vla import VLAConfig, collect_demos, collect_views, train_vla_bc
 
     began = time.perf_counter()
     data = {task: collect_demos(task, args.demos, args.size, seed=args.seed, num_envs=args.demos, camera=args.camera)
@@ -126,9 +127,10 @@ def main() -> None:
     parser.add_argument("--out", default=str(OUT / "vla_arm_cpu"))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    from robolearn.algos.flow_rl import FlowRLConfig, finetune_flow
-    from robolearn.policy_io import load_policy, save_chunk_policy
-    from robolearn.vla import ARM_INSTRUCTIONS, VLAEnv, camera
+    from robolearn.algos.chunk.flow_rl import FlowRLConfig
+    from robolearn.algos.chunk.vla import ARM_INSTRUCTIONS, VLAEnv, camera
+    from robolearn.checkpoints.policy import load_policy, save_chunk_policy
+    from robolearn.runners.flow import finetune_flow
 
     tasks = {task: ARM_INSTRUCTIONS[task] for task in args.tasks.split(",")}
     if args.load:  # a BC policy from an earlier run (its settings must match --size / --camera)

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import sim  # noqa: E402,F401  (first: it picks the headless OpenGL before mujoco loads)
 from benchmarks.sim_throughput import machine_info  # noqa: E402
 from benchmarks.vla_goal_source_probe import GOAL  # noqa: E402
-from robolearn.vla import collect_views  # noqa: E402
+from robolearn.algos.chunk.vla import collect_views  # noqa: E402
 
 OUT = Path(__file__).parent / "results"
 

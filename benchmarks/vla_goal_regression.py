@@ -29,7 +29,7 @@ GOAL = slice(15, 18)  # the goal's coordinates in arm-reach's "policy" group (af
 
 
 def frames_and_goals(episodes: int, size: int, camera: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    from robolearn.vla import collect_demos
+    from robolearn.algos.chunk.vla import collect_demos
 
     data = collect_demos("arm-reach", episodes, size, seed=seed, num_envs=episodes, camera=camera)
     index = np.asarray(data.obs_index)
@@ -46,7 +46,8 @@ def fit_goal_regressor(frames: torch.Tensor, goals: torch.Tensor, steps: int, st
     [N, H, W, 3] (uint8); returns `predict` (frames -> goals, metres) and a curve of the held-out error on `test`
     (frames, goals[, points]).
 
-    `points` [N, K, 2]: pixel positions (`robolearn.vla.point_pixels`) that the first K keypoint maps learn to
+    `points` [N, K, 2]: pixel positions (`robolearn.algos.chunk.vla.point_pixels`) that the first K keypoint
+    maps learn to
     point at, by cross-entropy of each map's spatial softmax against a Gaussian around its point
     (`VLAPolicy.keypoint_loss`), `point_weight` times the regression loss beside it: the dense signal of a
     pretrained detector, where the regression alone reaches a keypoint only through the linear head."""

@@ -10,7 +10,7 @@ scored on held-out starts:
   head, fitted by regression on the demo frames; `vla_goal_regression.fit_goal_regressor`), every step, in demos
   and evaluation: the VLA's feature path with BC's part replaced by a 3-value bottleneck. `--head-random N` adds
   frames of random-action episodes (the gripper away from the goal); `--head-keypoints W` also trains keypoint
-  maps to point at the gripper and the goal in every view (`robolearn.vla.point_pixels`), as the VLA's
+  maps to point at the gripper and the goal in every view (`robolearn.algos.chunk.vla.point_pixels`), as the VLA's
   pre-training does.
 
 If `goal_head` succeeds where the VLA from pixels does not, the encoder sees well enough and the loss of the goal
@@ -113,7 +113,7 @@ def main() -> None:
     parser.add_argument("--head-random-length", type=int, default=0, help="their length in steps (0: the task's)")
     parser.add_argument("--head-keypoints", type=float, default=0.0,
                         help="weight of keypoint supervision for the estimator (gripper and goal in every view; "
-                             "robolearn.vla.point_pixels); 0: regression only")
+                             "robolearn.algos.chunk.vla.point_pixels); 0: regression only")
     parser.add_argument("--head-lr", type=float, default=3e-4)
     parser.add_argument("--head-fine", type=int, default=0,
                         help="keypoint maps on the CNN stem's maps (VLAPolicy fine_keypoints; they take the "
@@ -125,9 +125,9 @@ def main() -> None:
     parser.add_argument("--out", default=str(OUT / "vla_goal_source_probe_cpu"))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    from robolearn.algos.chunk_bc import ChunkBCConfig, train_chunk_bc
-    from robolearn.algos.flow_rl import evaluate_flow
-    from robolearn.vla import camera, collect_demos, collect_views, point_pixels
+    from robolearn.algos.chunk.chunk_bc import ChunkBCConfig, train_chunk_bc
+    from robolearn.algos.chunk.vla import camera, collect_demos, collect_views, point_pixels
+    from robolearn.runners.flow import evaluate_flow
 
     results: dict = {"machine": machine_info(), "config": vars(args), "variants": {}}
     began = time.perf_counter()

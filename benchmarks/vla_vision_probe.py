@@ -51,9 +51,17 @@ def main() -> None:
     parser.add_argument("--out", default=str(OUT / "vla_vision_probe_cpu"))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    from robolearn.algos.chunk_bc import ChunkBCConfig, train_chunk_bc
-    from robolearn.algos.flow_rl import evaluate_flow
-    from robolearn.vla import ARM_INSTRUCTIONS, VLAConfig, VLAEnv, camera, collect_demos, collect_views, train_vla_bc
+    from robolearn.algos.chunk.chunk_bc import ChunkBCConfig, train_chunk_bc
+    from robolearn.algos.chunk.vla import (
+        ARM_INSTRUCTIONS,
+        VLAConfig,
+        VLAEnv,
+        camera,
+        collect_demos,
+        collect_views,
+        train_vla_bc,
+    )
+    from robolearn.runners.flow import evaluate_flow
 
     words = ARM_INSTRUCTIONS[args.task]
     results: dict = {"machine": machine_info(), "config": vars(args), "variants": {}}

@@ -32,9 +32,9 @@ from benchmarks.sim_throughput import machine_info  # noqa: E402
 
 
 def main() -> None:
-    from robolearn.algos.sac import SAC, SACConfig
+    from robolearn.algos.online.sac import SAC, SACConfig
+    from robolearn.checkpoints.warm_start import warm_start
     from robolearn.config import make_env
-    from robolearn.finetune import warm_start
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", help="a finished `robolearn finetune algo=wsrl` run folder (offline/ and online/)")

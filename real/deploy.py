@@ -24,9 +24,9 @@ from typing import Any
 import torch
 
 from real.runner import PolicyRunner, RunnerConfig
+from robolearn.checkpoints.policy import Policy, load_policy, scripted_policy
 from robolearn.config import compose, config_dir, control_rate
 from robolearn.errors import ConfigError
-from robolearn.policy_io import Policy, load_policy, scripted_policy
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ Times: the bag stores wall-clock nanoseconds. Receive and tick times come on the
 clock and are shifted by one offset taken at start (``time_ns() - transport.now()``), so their order and
 spacing are exactly the transport's.
 
-CLI (dispatched by `robolearn.cli`)::
+CLI (dispatched by `robolearn.commands.cli`)::
 
     robolearn record out=run1 topics=/odom,/imu:sensor_msgs/msg/Imu@sensor_data transport=dds
     robolearn bag2dataset bag=run1 out=episodes obs=/odom:twist.twist.linear.x,/imu action=command

@@ -133,8 +133,16 @@ def make_sb3(name: str, num_envs: int = 8, **kwargs: Any):
     return SB3VecEnv(make(name, num_envs=num_envs, **kwargs))
 
 
-def render(*args: Any, **kwargs: Any):
-    """Roll out a policy and write a video; see `sim.rendering.render_rollout`."""
+def render(task: str, policy: Any = None, path: Any = "rollout.mp4", num_steps: int | None = None, seed: int = 0,
+           width: int = 320, height: int = 240, camera: str | int | None = None, fps: int | None = None,
+           **overrides: Any):
+    """Roll out `policy` (observation TensorDict -> actions [1, A]; random if None) in one env of `task` on the C
+    engine and write a video of every control step of one episode (or `num_steps`); returns its path.
+    See `sim.rendering.render_rollout`."""
     from sim.rendering import render_rollout
 
-    return render_rollout(*args, **kwargs)
+    env = make(task, num_envs=1, backend="mujoco", seed=seed, **overrides)
+    try:
+        return render_rollout(env, policy, path, num_steps, seed, width, height, camera, fps)
+    finally:
+        env.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -116,17 +117,12 @@ def write_video(frames: list[np.ndarray], path: str | Path, fps: int) -> Path:
     return path
 
 
-def render_rollout(task: str, policy: Callable[[torch.Tensor], torch.Tensor] | None = None,
+def render_rollout(env: Any, policy: Callable[[torch.Tensor], torch.Tensor] | None = None,
                    path: str | Path = "rollout.mp4", num_steps: int | None = None, seed: int = 0,
                    width: int = 320, height: int = 240, camera: str | int | None = None,
-                   fps: int | None = None, **overrides) -> Path:
-    """Roll out `policy` (observation TensorDict -> actions [1, A]; random if None) and write a video.
-
-    Renders every control step of one episode (or `num_steps`), on the CPU backend.
-    """
-    import sim
-
-    env = sim.make(task, num_envs=1, backend="mujoco", seed=seed, **overrides)
+                   fps: int | None = None) -> Path:
+    """Roll out `policy` (observation TensorDict -> actions [1, A]; random if None) in a one-env C-engine VecEnv
+    (`sim.render` makes it) and write a video of every control step of one episode (or `num_steps`)."""
     renderer = Renderer(env.task, width=width, height=height, camera=camera)
     gen = torch.Generator().manual_seed(seed)
     try:
@@ -142,6 +138,5 @@ def render_rollout(task: str, policy: Callable[[torch.Tensor], torch.Tensor] | N
             frames.append(renderer.frame(env.qpos(0)))
     finally:
         renderer.close()
-        env.close()
     ctrl_dt = env.task.cfg.ctrl_dt * env.task.cfg.action_repeat
     return write_video(frames, path, fps or max(1, round(1.0 / ctrl_dt)))

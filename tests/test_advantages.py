@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from robolearn.advantages import compute_advantages, estimators, gae, masked_whiten
+from robolearn.core.advantages import compute_advantages, estimators, gae, masked_whiten
 from robolearn.errors import ConfigError
 
 

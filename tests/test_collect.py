@@ -4,8 +4,8 @@ truncations, reference returns in the metadata, written in a chosen format."""
 import numpy as np
 import pytest
 
-from robolearn.cli import main
-from robolearn.collect import CollectConfig, collect
+from robolearn.collect.generate import CollectConfig, collect
+from robolearn.commands.cli import main
 from robolearn.config import EnvConfig
 from robolearn.data.formats import load_dataset, save_dataset
 from robolearn.errors import ConfigError, RobolearnError
@@ -81,7 +81,7 @@ def test_rollout_records_the_actions_the_env_applies():
 
     import torch
 
-    from robolearn.collect import rollout
+    from robolearn.collect.generate import rollout
     from robolearn.config import make_env
 
     env_cfg = EnvConfig("cartpole-balance", num_envs=2, backend="mujoco", overrides={"episode_length": 5})

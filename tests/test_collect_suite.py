@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from robolearn.cli import main
-from robolearn.collect import CollectConfig, collect
-from robolearn.collect_suite import load_suite
+from robolearn.collect.generate import CollectConfig, collect
+from robolearn.collect.suite import load_suite
+from robolearn.commands.cli import main
 from robolearn.config import EnvConfig
 from robolearn.data.formats import load_dataset
 from robolearn.errors import ConfigError

@@ -14,9 +14,10 @@ from test_flow_policy import bc_fit_error
 from policies.diffusion import DiffusionPolicy, cosine_alphas_cumprod
 from policies.flow import FlowPolicy
 from policies.steered import SteeredChunkPolicy
-from robolearn.algos.dsrl import DSRLConfig, NoiseActionEnv, dsrl_runner, steered_policy
-from robolearn.algos.sac import SACConfig
+from robolearn.algos.chunk.dsrl import DSRLConfig, NoiseActionEnv
+from robolearn.algos.online.sac import SACConfig
 from robolearn.errors import ConfigError
+from robolearn.runners.dsrl import dsrl_runner, steered_policy
 
 
 def test_cosine_schedule_and_ddim_by_hand():
@@ -158,7 +159,7 @@ def test_chunk_checkpoints_load_as_policies_that_run_their_chunks(tmp_path, kind
     """`save_chunk_policy` -> `load_policy`: the same network (normaliser included); one action per call from a
     queue of H, re-planned from the observation of the call that finds it empty; `reset` empties it; sampling is
     seeded by the policy's own generator."""
-    from robolearn.policy_io import load_policy, save_chunk_policy
+    from robolearn.checkpoints.policy import load_policy, save_chunk_policy
 
     torch.manual_seed(0)
     if kind == "steered":  # a DSRL result: a latent actor (one 2-dim noise for the chunk) over a frozen flow

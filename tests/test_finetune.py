@@ -10,14 +10,16 @@ import json
 import pytest
 import torch
 
-from robolearn import checkpoint
-from robolearn import train as training
-from robolearn.buffers import ReplayBuffer
-from robolearn.collect import CollectConfig, collect
+from robolearn.checkpoints import checkpoint
+from robolearn.checkpoints.warm_start import warm_start
+from robolearn.collect.generate import CollectConfig, collect
 from robolearn.config import EnvConfig, compose, make_env
+from robolearn.core.buffers import ReplayBuffer
 from robolearn.data.formats import save_dataset
 from robolearn.errors import CheckpointError, ConfigError
-from robolearn.finetune import finetune, o2o_metrics, o2o_table, warm_start
+from robolearn.eval.o2o import o2o_metrics, o2o_table
+from robolearn.runners import train as training
+from robolearn.runners.o2o import finetune
 from robolearn.runners.off_policy import OffPolicyLearner, OffPolicyRunner
 
 train, make_runner, resolve_run = training.train, training.make_runner, training.resolve_run
@@ -80,7 +82,7 @@ def test_warm_start_and_the_wsrl_warm_up(pretrained, tmp_path):
 
 def test_no_offline_sample_at_ratio_zero(pretrained):
     """With offline_ratio 0 the learner never draws from an offline buffer, even if one is given."""
-    from robolearn.algos.sac import SAC, SACConfig
+    from robolearn.algos.online.sac import SAC, SACConfig
 
     class Untouchable(ReplayBuffer):
         def sample(self, *args, **kwargs):
@@ -108,7 +110,7 @@ def test_finetune_improves_a_pretrained_policy_and_reports(dataset, pretrained, 
     assert metrics["offline_score"] is not None and metrics["dataset"] == str(dataset)
     online = json.loads((out / "online" / "config.yaml").read_text())
     assert online["algo"]["offline_data"] is None and online["algo"]["offline_ratio"] == 0.0  # WSRL keeps no data
-    from robolearn.bench import read_score
+    from robolearn.bench.suite import read_score
 
     record = read_score(out)
     assert record["score"] == metrics["final_score"] and record["o2o"]["algo"] == "wsrl"
@@ -120,7 +122,7 @@ def test_ro2o_fine_tune_stopped_mid_way_resumes_exactly(dataset, tmp_path, monke
     """`robolearn finetune algo=ro2o`: RO2O pre-trains on the dataset, then the same learner collects with sampled
     actions and keeps learning online with lambda frozen at its minimum. A second run stopped after 2 of its 3
     online iterations and run again ends with the same networks and metrics as the uninterrupted one."""
-    from robolearn.algos.ro2o import RO2O
+    from robolearn.algos.offline.ro2o import RO2O
 
     asked = []
     act = RO2O.act

@@ -105,7 +105,7 @@ def test_behaviour_cloning_fits_a_chunk():
 
 
 def test_action_chunks_pad_with_the_episodes_last_action():
-    from robolearn.algos.chunk_bc import action_chunks
+    from robolearn.algos.chunk.chunk_bc import action_chunks
 
     chunks = action_chunks(torch.arange(5.0).view(5, 1), [0, 3, 5], 3)
     assert chunks[..., 0].tolist() == [[0, 1, 2], [1, 2, 2], [2, 2, 2], [3, 4, 4], [4, 4, 4]]
@@ -115,7 +115,7 @@ def test_flow_bc_from_a_dataset():
     """Episodes where o_{t+1} = o_t + 0.1 and a_t = sin(3 o_t): the chunk [a_t, a_{t+1}] is a function of o_t."""
     import numpy as np
 
-    from robolearn.algos.chunk_bc import ChunkBCConfig, train_chunk_bc
+    from robolearn.algos.chunk.chunk_bc import ChunkBCConfig, train_chunk_bc
     from robolearn.data.dataset import Dataset
 
     rng = np.random.default_rng(0)

@@ -11,8 +11,9 @@ import torch
 from tensordict import TensorDict
 
 from policies.flow import FlowPolicy
-from robolearn.algos.flow_rl import FlowRLConfig, collect_chunks, finetune_flow
+from robolearn.algos.chunk.flow_rl import FlowRLConfig
 from robolearn.errors import ConfigError
+from robolearn.runners.flow import collect_chunks, finetune_flow
 
 
 class CountingEnv:
@@ -117,8 +118,8 @@ def test_flow_noise_trains_its_noise_head_and_errors():
 def test_fine_tuning_checkpoints_resume_and_load_as_a_policy(tmp_path):
     """`run_dir`: `latest` at each evaluation and `final` at the end, a policy `load_policy` runs; `resume` goes on
     from `latest` with the policy, critic, optimizers, generator and counters it holds."""
-    from robolearn import checkpoint
-    from robolearn.policy_io import load_policy
+    from robolearn.checkpoints import checkpoint
+    from robolearn.checkpoints.policy import load_policy
 
     def fresh() -> FlowPolicy:
         torch.manual_seed(0)
@@ -146,7 +147,7 @@ def test_fine_tuning_checkpoints_resume_and_load_as_a_policy(tmp_path):
 def test_cli_chunk_bc_then_flow_rl_resumed_then_eval(tmp_path, capsys):
     """The command line end to end on a sim task: demos, `robolearn chunk-bc`, `robolearn flow-rl` and its resume;
     the run's checkpoint records the task, so `robolearn eval` plays it as it is."""
-    from robolearn.cli import main
+    from robolearn.commands.cli import main
 
     data, bc, rl = tmp_path / "demos", tmp_path / "bc", tmp_path / "rl"
     short = "+env.overrides.episode_length=20"  # recorded with the data, then with each checkpoint
@@ -165,7 +166,7 @@ def test_cli_chunk_bc_then_flow_rl_resumed_then_eval(tmp_path, capsys):
     assert main(["flow-rl", f"checkpoint={data}"]) != 0  # not a checkpoint: a clear error, no traceback
 
     # DSRL from the same BC checkpoint: SAC over its noise, resumed, then its steered policy evaluated
-    from robolearn.policy_io import load_policy
+    from robolearn.checkpoints.policy import load_policy
 
     ds = tmp_path / "dsrl"
     small = [f"checkpoint={bc}", f"run_dir={ds}", "num_envs=4", "eval_envs=2", "checkpoint_interval=1",

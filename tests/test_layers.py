@@ -1,9 +1,12 @@
 """The layers read one way: sim and policies know nothing of robolearn or real; real uses robolearn's public API
-only; nothing outside robolearn imports robolearn.train's internals; the robot's deploy process loads neither
-JAX nor MuJoCo; every command composes its config the same way (`--help`, a bad key names it)."""
+only; algorithms import no runner or command, the library no command, benchmarks no private name; no module imports
+itself back through others (no import circles); no algorithm name is switched on outside `robolearn/algos/` and
+`robolearn/config/` (the registry says what an algorithm is); the robot's deploy process loads neither JAX nor
+MuJoCo; every command composes its config the same way (`--help`, a bad key names it)."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -12,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from policies.actor_critic import ActorCritic
-from robolearn import checkpoint
-from robolearn.cli import COMMANDS, main
+from robolearn.checkpoints import checkpoint
+from robolearn.commands.cli import COMMANDS, main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,12 +43,97 @@ def test_real_uses_robolearns_public_api_only():
     for path, module, names in _imports("real"):
         if module.startswith("robolearn"):
             private = [n.strip() for n in names.split(",") if n.strip().startswith("_")]
-            if private or any(part.startswith("_") for part in module.split(".")) or module == "robolearn.train":
+            if private or any(part.startswith("_") for part in module.split(".")):
                 bad.append((path.name, module, names))
     assert not bad, bad
-    outside = subprocess.run(["git", "grep", "-n", "from robolearn.train import", "--", ":!robolearn/",
-                              ":!tests/test_layers.py"], cwd=ROOT, capture_output=True, text=True).stdout
-    assert outside == "", outside
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+PACKAGES = ("robolearn", "sim", "policies", "real", "examples", "benchmarks")
+
+
+def _graph() -> dict[str, set[str]]:
+    """module -> the modules of ours it imports (anywhere in its file, functions included)."""
+    paths = {_module(p): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
+    graph = {}
+    for name, path in paths.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names if a.name in paths}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for a in node.names:
+                    full = f"{node.module}.{a.name}"
+                    edges.add(full if full in paths else node.module)
+        graph[name] = {e for e in edges if e in paths and e != name}
+    return graph
+
+
+def test_no_import_circles():
+    """Tarjan's strongly connected components of the import graph: every one is a single module."""
+    graph, index, low, stack, on_stack, circles = _graph(), {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not circles, f"import circles: {circles}"
+
+
+def test_algorithms_import_no_runner_and_the_library_no_command():
+    graph = _graph()
+    bad = [(m, e) for m, edges in graph.items() for e in edges
+           if (m.startswith("robolearn.algos") and e.startswith(("robolearn.runners", "robolearn.commands")))
+           or (m.startswith(("robolearn", "real")) and not m.startswith(("robolearn.commands", "robolearn.__main__"))
+               and e.startswith("robolearn.commands"))]
+    assert not bad, bad
+
+
+def test_benchmarks_and_examples_import_no_private_names():
+    bad = [(p.name, mod, names) for package in ("benchmarks", "examples") for p, mod, names in _imports(package)
+           if mod.startswith(("robolearn", "sim", "policies", "real"))
+           and (any(n.strip().startswith("_") for n in names.split(",")) or "._" in mod)]
+    assert not bad, bad
+
+
+def test_no_algorithm_name_is_switched_on_outside_algos_and_configs():
+    """Runners, checkpoints, warm starts and commands ask the registry (`robolearn.algos.base`): no string literal
+    of theirs is a registered algorithm's name."""
+    from robolearn.algos.base import registry
+
+    names, bad = set(registry()), []
+    for path in sorted((ROOT / "robolearn").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(("robolearn/algos/", "robolearn/config/")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in names:
+                bad.append(f"{rel}:{node.lineno} {node.value!r}")
+    assert not bad, bad
 
 
 def test_deploy_process_loads_neither_jax_nor_mujoco(tmp_path):

@@ -1,4 +1,5 @@
-"""The tiny token-level trainer: GRPO from `robolearn.advantages` and the clipped loss of `robolearn.losses` (the
+"""The tiny token-level trainer: GRPO from `robolearn.core.advantages` and the clipped loss of
+`robolearn.core.losses` (the
 code PPO on robots runs) raise a warmed-up transformer's accuracy on 1-digit addition; PPO with a token-level
 value head runs through GAE; the task's encoding and masks."""
 
@@ -6,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from robolearn.lm.rl import LMConfig, response_mask, train_addition
-from robolearn.lm.task import EOS, AdditionTask
+from examples.char_lm.rl import LMConfig, response_mask, train_addition
+from examples.char_lm.task import EOS, AdditionTask
 
 
 def test_task_and_masks():

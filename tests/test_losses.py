@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from robolearn.core.losses import agg_loss, kl_estimate, ppo_clip_loss, value_loss
 from robolearn.errors import ConfigError
-from robolearn.losses import agg_loss, kl_estimate, ppo_clip_loss, value_loss
 
 
 def _lp(ratio: float) -> torch.Tensor:

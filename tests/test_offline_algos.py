@@ -15,16 +15,16 @@ from torch import nn
 
 from policies.ensemble import EnsembleLinear, EnsembleMLP, MemberLayerNorm
 from policies.normalizer import FixedNorm
-from robolearn import checkpoint
-from robolearn.algos.bc import BC, BCConfig
-from robolearn.algos.calql import CalQL, CalQLConfig, return_to_go
-from robolearn.algos.cql import CQL, CQLConfig
-from robolearn.algos.iql import IQL, IQLConfig
-from robolearn.algos.rebrac import ReBRAC, ReBRACConfig
-from robolearn.algos.td3_bc import TD3BC, TD3BCConfig
+from robolearn.algos.offline.bc import BC, BCConfig
+from robolearn.algos.offline.calql import CalQL, CalQLConfig, return_to_go
+from robolearn.algos.offline.cql import CQL, CQLConfig
+from robolearn.algos.offline.iql import IQL, IQLConfig
+from robolearn.algos.offline.rebrac import ReBRAC, ReBRACConfig
+from robolearn.algos.offline.td3_bc import TD3BC, TD3BCConfig
+from robolearn.checkpoints import checkpoint
+from robolearn.checkpoints.policy import load_policy
+from robolearn.core.losses import expectile_loss
 from robolearn.errors import ConfigError
-from robolearn.losses import expectile_loss
-from robolearn.policy_io import load_policy
 
 D, A = 3, 2  # observation and action sizes of the hand-computed batches
 

@@ -6,12 +6,12 @@ import json
 import pytest
 import torch
 
-from robolearn import checkpoint
-from robolearn.cli import main
-from robolearn.collect import CollectConfig, collect
+from robolearn.checkpoints import checkpoint
+from robolearn.checkpoints.policy import load_policy
+from robolearn.collect.generate import CollectConfig, collect
+from robolearn.commands.cli import main
 from robolearn.config import EnvConfig
 from robolearn.data.formats import save_dataset
-from robolearn.policy_io import load_policy
 
 SHORT = ["algo.log_every=20", "algo.eval_every=40", "algo.eval_episodes=8", "algo.batch_size=64", "video=false",
          "progress=false"]

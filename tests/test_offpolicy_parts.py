@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from policies.ensemble import EnsembleMLP, QEnsemble, TanhGaussianActor
-from robolearn.algos.sac import SAC, SACConfig, adam_step_, init_adam_state, subset_indices
-from robolearn.algos.td3 import TD3, TD3Config
-from robolearn.buffers import ReplayBuffer, sample_mixed
+from robolearn.algos.common import adam_step_, init_adam_state, subset_indices
+from robolearn.algos.online.sac import SAC, SACConfig
+from robolearn.algos.online.td3 import TD3, TD3Config
+from robolearn.core.buffers import ReplayBuffer, sample_mixed
+from robolearn.core.losses import HLGauss
 from robolearn.errors import ConfigError
-from robolearn.losses import HLGauss
 
 
 def _fill(buf: ReplayBuffer, rewards: list[float], terminated: list[bool], truncated: list[bool]) -> None:
@@ -120,7 +121,7 @@ def test_tune_allocator_sets_glibc_thresholds_once_and_can_be_turned_off():
     import subprocess
     import sys
 
-    code = "from robolearn.cpu import tune_allocator as t; print(t(), t())"
+    code = "from robolearn.core.cpu import tune_allocator as t; print(t(), t())"
     on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "ROBOLEARN_MALLOC": "default"}).stdout.split()

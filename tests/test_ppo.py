@@ -10,12 +10,12 @@ import torch
 
 import sim
 from policies.actor_critic import ActorCritic
-from robolearn import checkpoint
-from robolearn import train as training
-from robolearn.algos.ppo import PPO, PPOConfig
+from robolearn.algos.online.ppo import PPO, PPOConfig
+from robolearn.checkpoints import checkpoint
+from robolearn.checkpoints.policy import load_policy
 from robolearn.errors import CheckpointError, ConfigError
-from robolearn.evaluate import evaluate
-from robolearn.policy_io import load_policy
+from robolearn.eval.evaluate import evaluate
+from robolearn.runners import train as training
 from robolearn.runners.on_policy import OnPolicyRunner
 
 train = training.train  # the `robolearn train` entry point

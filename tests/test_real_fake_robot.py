@@ -17,7 +17,7 @@ from real.deploy import build_runner, load_deploy_policy
 from real.fake_robot import FakeCarConfig, FakeRcCar
 from real.transport import SENSOR_DATA, QoS
 from real.transport.memory import FakeClock, MemoryBus, MemoryTransport
-from robolearn.cli import run
+from robolearn.commands.cli import run
 from robolearn.errors import ConfigError
 
 RATE = 20.0  # the task's own control rate: the runner sees exactly the task's observation

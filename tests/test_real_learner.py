@@ -16,12 +16,12 @@ from conftest import wait_until
 from real.rl.codec import PayloadError
 from real.rl.learner import IDLE_S, ActorLanes, Learner, LearnerConfig, sac_recipe
 from real.rl.link import ActorClient, LearnerServer, TransitionBatch
-from robolearn.buffers import ReplayBuffer
-from robolearn.cli import main
+from robolearn.checkpoints.policy import build_policy
+from robolearn.commands.cli import main
 from robolearn.config import compose
+from robolearn.core.buffers import ReplayBuffer
 from robolearn.data.episodes import Episode, save_episodes
 from robolearn.errors import CheckpointError, ConfigError
-from robolearn.policy_io import build_policy
 
 SMALL = ["algo.actor_hidden=[16]", "algo.critic_hidden=[16]", "algo.batch_size=16", "algo.learning_starts=40",
          "algo.buffer_size=2000"]  # fmt: skip

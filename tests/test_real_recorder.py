@@ -28,7 +28,7 @@ from real.recorder import SAFETY_BITS, Recorder, parse_topics, safety_flags
 from real.safety import SafetyInfo
 from real.transport import SENSOR_DATA
 from real.transport.memory import FakeClock, MemoryBus, MemoryTransport
-from robolearn.cli import run
+from robolearn.commands.cli import run
 from robolearn.data.episodes import Episode, load_episodes, save_episodes, to_replay_buffer, to_transitions
 from robolearn.errors import ConfigError, DatasetError
 

@@ -26,15 +26,15 @@ from conftest import wait_until
 from real.rl.actor import Actor
 from real.rl.codec import CHUNK, PayloadError, Reassembler, check_transitions, decode, encode, frames
 from real.rl.link import TOKEN_HEADER, ActorClient, LearnerServer
-from robolearn.cli import run
+from robolearn.checkpoints.policy import build_policy
+from robolearn.commands.cli import run
 from robolearn.errors import ConfigError
-from robolearn.policy_io import build_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def sac_policy(obs_dim: int, num_actions: int, hidden: tuple[int, ...]):
-    """A sampling SAC actor as the real-world actor acts with (`robolearn.policy_io`)."""
+    """A sampling SAC actor as the real-world actor acts with (`robolearn.checkpoints.policy`)."""
     sac = {"actor_hidden": list(hidden), "activation": "relu", "actor_layer_norm": False}
     return build_policy({"obs_dim": obs_dim, "num_actions": num_actions, "sac": sac}, mode="sample")
 
@@ -324,7 +324,7 @@ class PointMass:
 
 
 def start_learner(run_dir: Path, port: int, log: Path) -> subprocess.Popen:
-    args = [sys.executable, "-m", "robolearn.cli", "learner", f"run_dir={run_dir}", f"port={port}", "publish_s=0.3",
+    args = [sys.executable, "-m", "robolearn", "learner", f"run_dir={run_dir}", f"port={port}", "publish_s=0.3",
             "checkpoint_s=0.5", "algo.learning_starts=64", "algo.batch_size=32", "algo.buffer_size=5000",
             "algo.actor_hidden=[32,32]", "algo.critic_hidden=[32,32]"]  # fmt: skip
     env = {**os.environ, "ROBOLEARN_TOKEN": "kill-test", "OMP_NUM_THREADS": "1"}

@@ -466,7 +466,7 @@ def test_ros2_node_reads_drives_and_estops_the_fake_car_and_runner(kind: str, ro
 
 def start_cli(args: list[str], env: dict[str, str], log: Any) -> subprocess.Popen:
     """``robolearn <args>`` in a subprocess, its output to ``log`` (a file)."""
-    return subprocess.Popen([sys.executable, "-m", "robolearn.cli", *args], stdout=log, stderr=subprocess.STDOUT,
+    return subprocess.Popen([sys.executable, "-m", "robolearn", *args], stdout=log, stderr=subprocess.STDOUT,
                             env=env, text=True)
 
 

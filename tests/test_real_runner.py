@@ -21,7 +21,7 @@ from real.robots.course import Course
 from real.runner import PolicyRunner, RunnerConfig
 from real.timing import STAT_NAMES, LoopStats, next_deadline
 from real.transport.memory import FakeClock, MemoryBus, MemoryTransport
-from robolearn import checkpoint
+from robolearn.checkpoints import checkpoint
 from robolearn.errors import ConfigError
 
 SQUARE = [[0.0, 0.0], [2.0, 0.0], [2.0, 2.0], [0.0, 2.0]]  # a small course, driven counter-clockwise
@@ -347,7 +347,7 @@ def test_run_paces_on_absolute_deadlines_and_stops_the_car_on_exit():
 
 
 def test_deploy_cli_with_a_scripted_policy(capsys):
-    from robolearn.cli import main
+    from robolearn.commands.cli import main
 
     code = main(["deploy", "robot=rc_car", "policy=sim.tasks.rc_car_control:demo_lap_policy", "transport=memory",
                  "duration=0.1"])  # rate_hz null: 20 Hz without a checkpoint

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import sim
-from robolearn.cli import main
+from robolearn.commands.cli import main
 
 
 @pytest.mark.parametrize("suffix", [".gif", ".mp4"])

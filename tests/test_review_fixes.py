@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from robolearn.algos.sac import SAC, SACConfig, shaped_rewards
-from robolearn.algos.td3 import TD3, TD3Config
-from robolearn.buffers import ReplayBuffer
+from robolearn.algos.common import shaped_rewards
+from robolearn.algos.online.sac import SAC, SACConfig
+from robolearn.algos.online.td3 import TD3, TD3Config
 from robolearn.config import algo_config, compose
+from robolearn.core.buffers import ReplayBuffer
 from robolearn.data.episodes import Episode, load_episodes, save_episodes
 from robolearn.errors import ConfigError, DatasetError
 
@@ -137,7 +138,7 @@ def test_device_generator_is_cuda_default_generator_of_the_learner_device(monkey
 def test_runner_checkpoint_carries_the_device_generator(tmp_path, monkeypatch):
     """PPO samples actions on the learner's device without a generator; on CUDA that is the device's default
     generator, which `torch.get_rng_state` does not hold. The trainer state carries it and resume restores it."""
-    from robolearn import checkpoint
+    from robolearn.checkpoints import checkpoint
     from robolearn.runners import base
 
     device_gen, asked = torch.Generator().manual_seed(3), []

@@ -22,7 +22,7 @@ from test_offline_algos import (
     tiny_batch,
 )
 
-from robolearn.algos.ro2o import RO2O, RO2OConfig
+from robolearn.algos.offline.ro2o import RO2O, RO2OConfig
 from robolearn.errors import ConfigError
 
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 import sim
-from robolearn import train as training
-from robolearn.algos.sac import SAC, SACConfig
+from robolearn.algos.online.sac import SAC, SACConfig
+from robolearn.checkpoints.policy import load_policy
 from robolearn.config import algo_config, compose
-from robolearn.evaluate import evaluate
-from robolearn.policy_io import load_policy
+from robolearn.eval.evaluate import evaluate
+from robolearn.runners import train as training
 from robolearn.runners.off_policy import OffPolicyRunner
 
 train = training.train  # the `robolearn train` entry point
@@ -120,7 +120,7 @@ def test_cli_train_sac_then_eval(tmp_path):
     assert rows[-1]["env_steps"] == 400 and rows[-1]["updates"] == 200
     assert {"updates", "updates_per_s", "critic_loss", "alpha"} <= set(rows[-1])
     policy = load_policy(run / "checkpoints" / "final")
-    assert policy.run["algo"]["recipe"] == "sac" and policy.kind == "sac"
+    assert policy.run["algo"]["recipe"] == "sac" and policy.kind == "tanh_gaussian"
     assert policy({"policy": torch.zeros(3, 3)}).shape == (3, 1)
     assert isinstance(evaluate(run / "checkpoints" / "final", episodes=2), float)
     with pytest.raises(Exception, match="num_min_critics"):
@@ -135,7 +135,7 @@ def test_td3_trains_from_the_cli(tmp_path):
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["updates"] == 200 and "actor_loss" in rows[-1]
     policy = load_policy(run / "checkpoints" / "final")
-    assert policy.kind == "td3" and policy({"policy": torch.zeros(3, 3)}).abs().max() <= 1.0
+    assert policy.kind == "deterministic" and policy({"policy": torch.zeros(3, 3)}).abs().max() <= 1.0
     sampled = load_policy(run / "checkpoints" / "final", mode="sample")
     assert not torch.equal(sampled({"policy": torch.zeros(3, 3)}), policy({"policy": torch.zeros(3, 3)}))
 

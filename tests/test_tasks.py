@@ -19,7 +19,7 @@ def _reference_policy(name: str):
     scripted = scripted_policy(name)
     if scripted is not None:
         return scripted
-    from robolearn.policy_io import load_policy
+    from robolearn.checkpoints.policy import load_policy
 
     policy = load_policy(ROOT / spec(name).reference_checkpoint)
     return lambda obs: policy({"policy": obs})

@@ -13,12 +13,8 @@ import torch
 
 import sim
 from policies.vla import CharTokenizer, SpatialSoftmax, VLAPolicy, keypoint_targets
-from robolearn.algos.flow_rl import FlowRLConfig, finetune_flow
-from robolearn.data.dataset import Dataset
-from robolearn.errors import ConfigError
-from robolearn.evaluate import evaluate
-from robolearn.policy_io import load_policy, save_chunk_policy
-from robolearn.vla import (
+from robolearn.algos.chunk.flow_rl import FlowRLConfig
+from robolearn.algos.chunk.vla import (
     ARM_INSTRUCTIONS,
     VLAConfig,
     VLAEnv,
@@ -29,6 +25,11 @@ from robolearn.vla import (
     random_shift,
     train_vla_bc,
 )
+from robolearn.checkpoints.policy import load_policy, save_chunk_policy
+from robolearn.data.dataset import Dataset
+from robolearn.errors import ConfigError
+from robolearn.eval.evaluate import evaluate
+from robolearn.runners.flow import finetune_flow
 
 
 def test_tokenizer_pads_and_refuses_long_instructions():

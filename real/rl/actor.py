@@ -24,8 +24,8 @@ import torch
 
 from real.deploy import DeployConfig
 from real.recorder import LEARN_MODES
+from robolearn.checkpoints.policy import Policy, build_policy, load_policy
 from robolearn.errors import ConfigError
-from robolearn.policy_io import Policy, build_policy, load_policy
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ def fresh_policy(obs_dim: int, num_actions: int, seed: int = 0) -> Policy:
     """A new SAC actor (SACConfig's network) that samples: what a robot collects with before the learner publishes."""
     import dataclasses
 
-    from robolearn.algos.sac import SACConfig
+    from robolearn.algos.online.sac import SACConfig
 
     sac = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(SACConfig()).items()}
     return build_policy({"obs_dim": obs_dim, "num_actions": num_actions, "sac": sac}, mode="sample", seed=seed)
@@ -205,8 +205,9 @@ def initial_policy(cfg: Mapping[str, Any], client: Any, wait_s: float, seed: int
 
     if cfg.get("checkpoint"):
         policy = load_policy(cfg["checkpoint"], mode="sample", seed=seed)
-        if policy.kind != "sac":
-            raise ConfigError(f"checkpoint {cfg['checkpoint']} is not a SAC policy; the actor collects with SAC")
+        if policy.kind != "tanh_gaussian":
+            raise ConfigError(f"checkpoint {cfg['checkpoint']} is not a SAC policy (a tanh-Gaussian actor; it holds a "
+                              f"{policy.kind} one); the actor collects with SAC")
         return policy, 0
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:

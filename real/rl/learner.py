@@ -32,10 +32,10 @@ import torch
 
 from real.rl.codec import PayloadError
 from real.rl.link import LearnerServer, TransitionBatch, read_token
-from robolearn import checkpoint
-from robolearn.algos.sac import SAC, SACConfig
-from robolearn.buffers import ReplayBuffer
+from robolearn.algos.online.sac import SAC, SACConfig
+from robolearn.checkpoints import checkpoint
 from robolearn.config import OffPolicyRunConfig, algo_config
+from robolearn.core.buffers import ReplayBuffer
 from robolearn.errors import CheckpointError, ConfigError
 from robolearn.runners.off_policy import Means, OffPolicyLearner
 

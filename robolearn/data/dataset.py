@@ -36,7 +36,7 @@ import os
 import shutil
 import tempfile
 import urllib.parse
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -343,7 +343,7 @@ class Transitions:
 
 def to_replay_buffer(dataset: Dataset, groups: Iterable[str] = (DEFAULT_GROUP,), device: str = "cpu",
                      n_step: int = 1, gamma: float = 0.99, extras: dict[str, Any] | None = None) -> Any:
-    """A `robolearn.buffers.ReplayBuffer` holding every transition, with the observation ``groups`` given
+    """A `robolearn.core.buffers.ReplayBuffer` holding every transition, with the observation ``groups`` given
     (n-step returns stop at terminations and bootstrap at time-outs, as the buffer does for online data);
     ``extras``: per-transition tensors [N, ...] each sample carries too (e.g. Monte-Carlo returns).
 
@@ -352,7 +352,7 @@ def to_replay_buffer(dataset: Dataset, groups: Iterable[str] = (DEFAULT_GROUP,),
     a note says how many were clipped."""
     import torch
 
-    from robolearn.buffers import ReplayBuffer
+    from robolearn.core.buffers import ReplayBuffer
 
     groups = list(groups)
     flats = {g: dataset.transitions(g).arrays() for g in groups}
@@ -409,6 +409,22 @@ def reading(file: Path, what: str, hint: str = "the file is truncated or corrupt
         raise
     except errors as e:
         raise DatasetError(f"{file}: cannot read {what} ({type(e).__name__}: {str(e)[:300]}); {hint}") from None
+
+
+def read_json(file: Path, what: str, missing: str,
+              guard: Callable[[Path, str], contextlib.AbstractContextManager[Any]] = reading) -> Any:
+    """The JSON document in ``file``, for the formats' metadata files (Minari's metadata.json, LeRobot's info.json).
+
+    No such file raises a DatasetError with the message ``missing`` (the caller knows what the file's absence
+    means: not a dataset folder, an incomplete download); one that does not parse raises the DatasetError of
+    ``guard(file, what)`` (default `reading`; a format passes its own to give its own hint). The value is not
+    checked: callers check the shape they need.
+    """
+    file = Path(file)
+    if not file.is_file():
+        raise DatasetError(missing)
+    with guard(file, what):
+        return json.loads(file.read_text(encoding="utf-8"))
 
 
 def _file_name(key: str) -> str:

@@ -237,10 +237,10 @@ def to_transitions(episodes: Iterable[Episode], action_key: str = "actions") -> 
 
 def to_replay_buffer(episodes: Iterable[Episode], action_key: str = "actions", device: str = "cpu",
                      n_step: int = 1, gamma: float = 0.99, obs_key: str = "policy") -> Any:
-    """A `robolearn.buffers.ReplayBuffer` holding every transition (observation group ``obs_key``)."""
+    """A `robolearn.core.buffers.ReplayBuffer` holding every transition (observation group ``obs_key``)."""
     import torch
 
-    from robolearn.buffers import ReplayBuffer
+    from robolearn.core.buffers import ReplayBuffer
 
     flat = {k: torch.from_numpy(v) for k, v in to_transitions(episodes, action_key).items()}
     return ReplayBuffer.from_transitions(

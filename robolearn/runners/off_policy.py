@@ -22,9 +22,9 @@ from typing import Any, Protocol
 
 import torch
 
-from robolearn import checkpoint
-from robolearn.algos.sac import SAC
-from robolearn.buffers import ReplayBuffer, check_replay, sample_mixed
+from robolearn.algos.online.sac import SAC
+from robolearn.checkpoints import checkpoint
+from robolearn.core.buffers import ReplayBuffer, check_replay, sample_mixed
 from robolearn.errors import CheckpointError, ConfigError
 from robolearn.runners.base import RunnerBase, evaluate_policy, progress_bar, restore_rng, rng_state
 
@@ -33,7 +33,7 @@ from robolearn.runners.base import RunnerBase, evaluate_policy, progress_bar, re
 class OffPolicyRunConfig:
     """The off-policy runner's part of `algo` (beside the algorithm's own fields)."""
 
-    recipe: str = "sac"             # the preset's name, for run directories and logs
+    recipe: str = ""                # the preset's name, for run directories and logs (default: the algo's)
     steps_per_iteration: int = 50   # vec-env steps per logged iteration
     env_steps: int = 200_000        # training length; `iterations` is derived from it unless given
     offline_data: str | None = None  # a dataset (any format) mixed into every batch at algo.offline_ratio

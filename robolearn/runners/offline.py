@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from robolearn import checkpoint
+from robolearn.checkpoints import checkpoint
 from robolearn.errors import CheckpointError, ConfigError
 from robolearn.runners.base import RunnerBase, evaluate_policy, progress_bar, restore_rng, rng_state, task_reference
 from robolearn.runners.off_policy import Means

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from robolearn import checkpoint
-from robolearn.algos.ppo import PPO, RolloutStorage
+from robolearn.algos.online.ppo import PPO, RolloutStorage
+from robolearn.checkpoints import checkpoint
 from robolearn.errors import CheckpointError
 from robolearn.runners.base import RunnerBase, progress_bar
 

@@ -1,0 +1,234 @@
+"""The plumbing the offline algorithms (BC, TD3+BC, IQL, CQL, Cal-QL, ReBRAC) share; none of their math.
+
+Each algorithm's file reads top to bottom: its config dataclass (defaults from CORL's D4RL locomotion
+configs, cited there), its networks, its losses as methods that take the batch and explicit random draws
+(so a test can recompute them by hand), and `update`: one gradient step of everything. What they all do
+the same way lives here, in `OfflineAlgo`:
+
+- `act(obs, deterministic=True)`: obs["policy"] [N, D] -> actions [N, A] in [-1, 1] (the mode, or a sample);
+- `model_state` / `load_model_state`: every learned tensor, each network under `<name>.*` (the actor's
+  under `actor.*`, which is what `robolearn.checkpoints.policy` reads) and scalars such as `log_alpha` by name;
+- `config`: the JSON-able description a checkpoint stores, with the actor's fields at the top level
+  (`actor` is "tanh_gaussian" or "deterministic"), so `policy_io` loads any of them as a SAC or TD3 actor;
+- `optimizers`, `updates` (gradient steps done) and `_step`, one fused-Adam step on the gradient of a loss
+  w.r.t. that optimizer's parameters only (`torch.autograd.grad`, as `robolearn.algos.online.sac`).
+
+The batch is `robolearn.core.buffers.ReplayBuffer.sample`'s: `obs` / `next_obs` ({"policy": [B, D]}), `actions`,
+`rewards`, `discount` (gamma^k, 0 after a termination: time-outs bootstrap) and `steps`; TD targets use
+`discount`, never 1 - done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from policies.actor_critic import ACTIVATIONS
+from policies.ensemble import DeterministicActor, QEnsemble, TanhGaussianActor
+from policies.normalizer import FixedNorm
+from robolearn.algos.common import shaped_rewards
+from robolearn.errors import CheckpointError, ConfigError
+
+#: The actors a checkpoint may hold: `robolearn.checkpoints.policy` loads "tanh_gaussian" as a SAC and
+#: "deterministic" as a TD3 actor.
+ACTORS = ("tanh_gaussian", "deterministic")
+
+#: Std of the Gaussian noise `act(deterministic=False)` adds to a deterministic actor's action (TD3's
+#: exploration noise, also `policy_io`'s default for TD3 checkpoints).
+EXPLORATION_NOISE = 0.1
+
+
+def adam(params: Any, lr: float) -> torch.optim.Adam:
+    """Adam with the fused (one kernel for all parameters) update, as the online learners use."""
+    return torch.optim.Adam(params, lr=lr, fused=True)
+
+
+def make_actor(kind: str, obs_dim: int, num_actions: int, cfg: Any) -> nn.Module:
+    """The `kind` actor of `policies.ensemble` with the config's `actor_hidden`, `activation`, `actor_layer_norm`
+    and `normalize_states`."""
+    args = (obs_dim, num_actions, tuple(cfg.actor_hidden), cfg.activation, cfg.actor_layer_norm, normalizes_states(cfg))
+    if kind == "tanh_gaussian":
+        return TanhGaussianActor(*args, shared_std=getattr(cfg, "shared_std", False))
+    return DeterministicActor(*args)
+
+
+def normalizes_states(cfg: Any) -> bool:
+    """Whether the config's networks carry a state normaliser (`normalize_states`, CORL's `normalize`)."""
+    return bool(getattr(cfg, "normalize_states", False))
+
+
+def frozen_copy(source: nn.Module, target: nn.Module) -> nn.Module:
+    """`target` (built like `source`) holding `source`'s weights, without gradients: a target network to Polyak-average.
+
+    Built, not deep-copied, so the random initialisation draws stay those of building both networks."""
+    target.load_state_dict(source.state_dict())
+    return target.requires_grad_(False)
+
+
+def make_critics(obs_dim: int, num_actions: int, cfg: Any, device: torch.device) -> tuple[QEnsemble, QEnsemble]:
+    """The config's critic ensemble (`num_critics`, `critic_hidden`, `activation`, `critic_layer_norm`), its target."""
+    def build() -> QEnsemble:
+        return QEnsemble(obs_dim, num_actions, cfg.num_critics, cfg.critic_hidden, cfg.activation,
+                         cfg.critic_layer_norm, obs_norm=normalizes_states(cfg)).to(device)
+
+    critic = build()
+    return critic, frozen_copy(critic, build())
+
+
+def check(condition: bool, message: str) -> None:
+    """Raise `ConfigError(message)` unless `condition`: the configs' `validate` reads as a list of rules."""
+    if not condition:
+        raise ConfigError(message)
+
+
+def check_common(cfg: Any, name: str) -> None:
+    """The rules every offline config shares (networks, optimisation, discount)."""
+    check(cfg.batch_size >= 1, f"{name}.batch_size must be >= 1, got {cfg.batch_size}")
+    check(0.0 <= cfg.gamma <= 1.0, f"{name}.gamma must be in [0, 1], got {cfg.gamma}")
+    check(cfg.activation in ACTIVATIONS,
+          f"{name}.activation must be one of {sorted(ACTIVATIONS)}, got {cfg.activation!r}")
+    for field in dataclasses.fields(cfg):
+        value = getattr(cfg, field.name)
+        if field.name.endswith("_lr"):
+            check(value > 0, f"{name}.{field.name} must be > 0, got {value}")
+        if field.name.endswith("_hidden"):
+            check(len(value) >= 1 and all(int(h) >= 1 for h in value),
+                  f"{name}.{field.name} must list at least one layer width >= 1, got {value}")
+    if hasattr(cfg, "tau"):
+        check(0.0 < cfg.tau <= 1.0, f"{name}.tau must be in (0, 1], got {cfg.tau}")
+    if hasattr(cfg, "num_critics"):
+        check(cfg.num_critics >= 1, f"{name}.num_critics must be >= 1, got {cfg.num_critics}")
+
+
+def jsonable(cfg: Any) -> dict[str, Any]:
+    """The config dataclass as a JSON-able dict (tuples become lists)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(cfg).items()}
+
+
+class OfflineAlgo:
+    """The learner interface the offline runner relies on; subclasses build their networks and losses.
+
+    A subclass sets `actor`, `_optimizers` and calls `_describe(kind)` in its `__init__`, lists its
+    networks in `_networks` and its learned scalars in `_scalars`, and implements `update`.
+    """
+
+    name: str = ""                   # the algorithm's key in `config` ("iql", "td3_bc", ...)
+    actor: nn.Module
+    _optimizers: dict[str, torch.optim.Optimizer]
+
+    def __init__(self, obs_dim: int, num_actions: int, cfg: Any, device: str | torch.device = "cpu"):
+        cfg.validate()
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.obs_dim, self.num_actions = obs_dim, num_actions
+        self.updates = 0             # gradient steps done (the runner restores it on resume)
+
+    @classmethod
+    def for_env(cls, env: Any, cfg: Any, device: str | torch.device = "cpu") -> OfflineAlgo:
+        """The learner sized for `env`'s "policy" observations and actions (offline algorithms read no critic group)."""
+        return cls(env.observation_shapes["policy"][0], env.num_actions, cfg, device)
+
+    def _describe(self, actor_kind: str) -> None:
+        """`config`: what a checkpoint stores to rebuild the actor (and the whole algorithm)."""
+        cfg = self.cfg
+        self.config = {"obs_dim": self.obs_dim, "num_actions": self.num_actions, "actor": actor_kind,
+                       "actor_hidden": list(cfg.actor_hidden), "activation": cfg.activation,
+                       "actor_layer_norm": cfg.actor_layer_norm, "normalize_states": normalizes_states(cfg),
+                       "actor_shared_std": actor_kind == "tanh_gaussian" and getattr(cfg, "shared_std", False),
+                       "algo": self.name, self.name: jsonable(cfg)}
+
+    @torch.no_grad()
+    def fit_state_normalizer(self, obs: torch.Tensor) -> None:
+        """Fit every network's state normaliser (`policies.normalizer.FixedNorm`, targets' too) on the dataset's
+        observations [N, D]: CORL normalises the dataset's states by their mean and std (+ 1e-3) and the
+        evaluation env's by the same, ours live in the networks so a checkpoint's policy normalises itself.
+        Nothing to do without `normalize_states`."""
+        for net in self._networks().values():
+            for module in net.modules():
+                if isinstance(module, FixedNorm):
+                    module.fit(obs)
+
+    # --- acting ---------------------------------------------------------------------------------
+    @torch.no_grad()
+    def act(self, obs: Mapping[str, torch.Tensor], deterministic: bool = True,
+            generator: torch.Generator | None = None) -> torch.Tensor:
+        """Actions in [-1, 1] for obs["policy"] [N, D]: the actor's mode, or a sample (a tanh-Gaussian's own,
+        a deterministic actor's action plus N(0, EXPLORATION_NOISE^2) noise, clipped)."""
+        x = obs["policy"].to(self.device)
+        if isinstance(self.actor, TanhGaussianActor):
+            return self.actor.mode(x) if deterministic else self.actor.sample(x, generator)[0]
+        action = self.actor(x)
+        if deterministic:
+            return action
+        noise = torch.randn(action.shape, generator=generator, device=self.device)
+        return (action + EXPLORATION_NOISE * noise).clamp(-1.0, 1.0)
+
+    # --- learning -------------------------------------------------------------------------------
+    def update(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def _rewards(self, batch: Mapping[str, Any]) -> torch.Tensor:
+        """[B] the batch's rewards shaped by `reward_scale` and `reward_bias` (per summed step: `shaped_rewards`)."""
+        rewards = batch["rewards"]
+        steps = batch.get("steps")
+        steps = torch.ones_like(rewards) if steps is None else steps
+        return shaped_rewards(rewards, steps, self.cfg.gamma, self.cfg.reward_scale, self.cfg.reward_bias)
+
+    def _step(self, opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+        """One step of `opt` on the gradient of `loss` w.r.t. that optimizer's parameters only (no gradient
+        lands on the other networks the loss passes through, e.g. the critic under the actor loss)."""
+        params = [p for group in opt.param_groups for p in group["params"]]
+        for p, g in zip(params, torch.autograd.grad(loss, params), strict=True):
+            p.grad = g
+        opt.step()
+
+    @property
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return self._optimizers
+
+    # --- online (fine-tuning) -------------------------------------------------------------------
+    # The off-policy learner (`robolearn.runners.off_policy`) drives SAC by `update_critic` per minibatch and counts
+    # `critic_updates`; these let it drive an offline algorithm online too (CORL's finetune scripts, Cal-QL's online
+    # phase), with the replay settings the online config adds (`robolearn.core.buffers.ReplayConfig`).
+    def update_critic(self, batch: dict[str, Any], generator: torch.Generator | None = None
+                      ) -> dict[str, torch.Tensor]:
+        """One whole `update` (every network) per minibatch, as the off-policy learner asks for."""
+        return self.update(batch, generator)
+
+    @property
+    def critic_updates(self) -> int:
+        return self.updates
+
+    @critic_updates.setter
+    def critic_updates(self, value: int) -> None:
+        self.updates = value
+
+    # --- checkpoints ----------------------------------------------------------------------------
+    def _networks(self) -> dict[str, nn.Module]:
+        """Every network (targets included) by name; the actor as "actor"."""
+        return {"actor": self.actor}
+
+    def _scalars(self) -> dict[str, torch.Tensor]:
+        """Learned scalars (log-temperatures) by name."""
+        return {}
+
+    def model_state(self) -> dict[str, torch.Tensor]:
+        """Every learned tensor for `model.safetensors`: `<network>.<parameter>` and the scalars by name."""
+        state = {f"{name}.{k}": v for name, net in self._networks().items() for k, v in net.state_dict().items()}
+        state.update({name: t.detach() for name, t in self._scalars().items()})
+        return state
+
+    def load_model_state(self, state: Mapping[str, torch.Tensor]) -> None:
+        try:
+            for name, net in self._networks().items():
+                prefix = name + "."
+                net.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+            with torch.no_grad():
+                for name, t in self._scalars().items():
+                    t.copy_(state[name])
+        except (RuntimeError, KeyError) as e:
+            raise CheckpointError(f"the model state does not fit this {self.name} learner: {e}") from e

@@ -1,0 +1,353 @@
+"""`robolearn collect`: offline datasets from the simulator, D4RL-style, batched over many envs.
+
+    robolearn collect env=cheetah-run kind=random episodes=100 out=data/cheetah-run-random
+    robolearn collect env=cheetah-run kind=expert policy=runs/<run>/checkpoints/final episodes=100 format=minari
+    robolearn collect env=cheetah-run kind=medium-expert policy=<medium ckpt> expert_policy=<expert ckpt> ...
+    robolearn collect env=ant-maze-medium kind=diverse episodes=1000     # goal datasets: diverse | play
+    robolearn collect suite=d4rl-like                      # every dataset of configs/dataset/d4rl-like.yaml
+
+Kinds (D4RL's recipes): ``random`` (uniform actions), ``medium`` / ``expert`` (a checkpoint's stochastic policy,
+as D4RL sampled its SAC policies; medium is a checkpoint at about 1/3 of the expert's normalised score: pick it
+from a training run's checkpoints, or let ``suite=`` train and pick it), ``medium-expert`` (half medium, half
+expert episodes, D4RL's 1:1 mix). ``policy=reference`` is the task's reference controller (scripted, or the
+trained checkpoint the registry names), with Gaussian action noise ``noise=`` for a stochastic behaviour.
+Goal kinds for the point and ant mazes, as D4RL's antmaze: ``diverse`` (episodes start in any open cell and the
+reference controller is commanded to random open cells, a new one each time it arrives) and ``play`` (starts
+and commanded goals among the maze's decision points: dead ends, junctions, turns). The observations and
+rewards stay those of the task's own goal, so the data is relabelled for it as D4RL's was.
+``pixels.enabled=true``
+(``pixels.camera``, ``pixels.width``, ``pixels.height``) adds the camera's frames as a ``pixels`` observation
+group (uint8 [H, W, 3]; LeRobot exports them as mp4).
+
+Every env runs whole episodes; an episode's T+1 observations include the final one (``final_obs`` before the
+auto-reset), time-outs are truncations, true terminal states terminations. The metadata carries the task,
+kind, policies, seed, return statistics and the task's reference returns (``ref_min_score``: mean return of
+uniform random actions, measured here when not given; ``ref_max_score``: the expert's, given as
+``ref_max_score=``, or measured: the noise-free reference controller's when it is a behaviour, else the mean
+of ``kind=expert`` runs) so scores normalise as D4RL's.
+
+Replay kinds read a training run instead of stepping the sim: ``medium-replay`` is the replay buffer saved with
+an off-policy checkpoint at about the medium level, ``full-replay`` the one saved with the final checkpoint
+(``policy=runs/<run>/checkpoints/<name>``; a checkpoint keeps its buffer for resume). Each env's timeline
+splits into episodes at its done flags; the newest, unfinished one ends in a truncation (its next observation
+is stored), and when the buffer wrapped, the oldest one begins mid-episode (``metadata["partial_first"]``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from robolearn.config import EnvConfig, make_env
+from robolearn.data.dataset import Dataset
+from robolearn.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+KINDS = ("random", "medium", "expert", "medium-expert", "medium-replay", "full-replay", "diverse", "play")
+
+
+REPLAY_KINDS = ("medium-replay", "full-replay")
+
+
+GOAL_KINDS = ("diverse", "play")  # the maze kinds: episodes start where MazeConfig.start says
+
+
+Actor = Callable[[Any], torch.Tensor]
+
+
+@dataclasses.dataclass
+class PixelsConfig:
+    """Camera frames as a "pixels" observation group (uint8 [H, W, 3], rendered by MuJoCo on the host)."""
+
+    enabled: bool = False
+    camera: str | None = None       # a camera of the task's model; null: its default view
+    width: int = 64
+    height: int = 64
+    effects: bool = False           # MuJoCo's shadows, reflections and skybox (17x slower on a CPU)
+
+
+@dataclasses.dataclass
+class CollectConfig:
+    """`robolearn collect`: episodes of a policy (or random actions) in `env`, written as a dataset."""
+
+    env: EnvConfig = dataclasses.field(default_factory=EnvConfig)  # env=<task>; env.num_envs envs step together
+    kind: str = "random"            # random | medium | expert | medium-expert | medium-replay | full-replay
+    #                                 | diverse | play (mazes)
+    episodes: int = 100             # whole episodes to keep (per policy for medium-expert: half each)
+    policy: str | None = None       # checkpoint of medium / expert (medium-expert: the medium one; replay kinds:
+    #                                 the off-policy checkpoint whose saved replay buffer becomes the dataset);
+    #                                 "reference": the task's reference controller (default of the goal kinds)
+    noise: float = 0.0              # std of Gaussian noise added to the behaviour policy's actions (then clipped)
+    expert_policy: str | None = None  # medium-expert: the expert checkpoint
+    out: str | None = None          # the dataset to create (default: data/<task>-<kind>-v0)
+    format: str = "robolearn"       # robolearn | minari | d4rl | lerobot
+    seed: int = 0
+    ref_min_score: float | None = None  # null: measured (mean return of random actions, ref_episodes episodes)
+    ref_max_score: float | None = None  # null: the expert's mean return when kind=expert, else unknown
+    ref_episodes: int = 20
+    pixels: PixelsConfig = dataclasses.field(default_factory=lambda: PixelsConfig())
+    progress: bool = True
+    suite: str | None = None        # a suite of datasets (configs/dataset/<suite>.yaml or a path): see collect_suite
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigError(f"collect kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.noise < 0:
+            raise ConfigError(f"collect noise must be >= 0, got {self.noise}")
+        if self.kind in GOAL_KINDS and not self.policy:
+            self.policy = "reference"
+        if self.kind != "random" and not self.policy and not self.suite:
+            raise ConfigError(f"collect kind={self.kind} needs policy=<checkpoint>")
+        if self.kind == "medium-expert" and not self.expert_policy and not self.suite:
+            raise ConfigError("collect kind=medium-expert needs policy=<medium checkpoint> and "
+                              "expert_policy=<expert checkpoint>")
+        if self.episodes < 1:
+            raise ConfigError(f"collect episodes must be >= 1, got {self.episodes}")
+
+
+@torch.no_grad()
+def rollout(env: Any, actor: Actor, episodes: int, progress: bool = False,
+            label: str = "collect") -> list[dict[str, Any]]:
+    """``episodes`` whole episodes of ``actor`` over the batched ``env`` (started episodes past the count are
+    discarded, so none is cut short): a list of episode mappings for `Dataset.from_episodes`. Actions are
+    recorded as the env applies them, clipped to [-1, 1]."""
+    n = env.num_envs
+    obs = env.reset()
+    steps: list[dict[str, Any]] = []  # per step: obs groups [n, ...], action, reward, terminated, time_out, final
+    done_count = 0
+    start = np.zeros(n, dtype=np.int64)  # the step index each env's current episode began at
+    out: list[dict[str, Any]] = []
+    bar = _progress(episodes, label) if progress else None
+    while done_count < episodes:
+        # the box the sims apply: a sampled Gaussian policy's raw draws (|a| up to ~18) would otherwise be recorded,
+        # actions no tanh actor can reproduce and no critic should be fitted on
+        actions = actor(obs).clamp(-1.0, 1.0)
+        next_obs, rewards, dones, extras = env.step(actions)
+        time_outs = extras["time_outs"].bool().cpu().numpy()
+        dones_np = dones.bool().cpu().numpy()
+        steps.append({"obs": {g: v.cpu().numpy() for g, v in obs.items()}, "action": actions.cpu().numpy(),
+                      "reward": rewards.cpu().numpy(), "terminated": dones_np & ~time_outs, "time_out": time_outs,
+                      "final": {g: v.cpu().numpy() for g, v in extras["final_obs"].items()}})
+        t = len(steps) - 1
+        for i in np.flatnonzero(dones_np):
+            if done_count < episodes:
+                out.append(_episode(steps, i, int(start[i]), t))
+                done_count += 1
+                if bar is not None:
+                    bar.update(1)
+            start[i] = t + 1
+        # steps every live episode still needs are those from the earliest start on: drop the rest
+        first = int(start.min())
+        if first > 0 and done_count < episodes:
+            steps = steps[first:]
+            start -= first
+        obs = next_obs
+    if bar is not None:
+        bar.close()
+    return out
+
+
+def _episode(steps: list[dict[str, Any]], env: int, s: int, t: int) -> dict[str, Any]:
+    """Env ``env``'s episode over steps s..t (inclusive): T+1 observations ending in the final observation."""
+    part = steps[s : t + 1]
+    groups = part[0]["obs"].keys()
+    obs = {g: np.stack([p["obs"][g][env] for p in part] + [part[-1]["final"][g][env]]) for g in groups}
+    return {"observations": obs, "actions": np.stack([p["action"][env] for p in part]),
+            "rewards": np.array([p["reward"][env] for p in part], dtype=np.float32),
+            "terminations": np.array([p["terminated"][env] for p in part]),
+            "truncations": np.array([p["time_out"][env] for p in part])}
+
+
+def random_actor(env: Any, seed: int) -> Actor:
+    """Uniform actions in [-1, 1] (the sim's normalised action range), seeded."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def act(_obs: Any) -> torch.Tensor:
+        return (torch.rand((env.num_envs, env.num_actions), generator=gen) * 2 - 1).to(env.device)
+
+    return act
+
+
+def policy_actor(path: str, env: Any, seed: int, noise: float = 0.0) -> Actor:
+    """A checkpoint's stochastic policy (D4RL sampled its behaviour policies, it did not take their mean), or
+    ``"reference"``: the task's reference controller (scripted; or its registered checkpoint, sampled). With
+    ``noise`` > 0, N(0, noise^2) is added to every action (`rollout` clips to [-1, 1])."""
+    from robolearn.checkpoints.policy import Policy, load_policy
+
+    if path == "reference":
+        from sim.tasks import spec
+        from sim.tasks.reference import scripted_policy
+
+        task, fn = spec(env.task.name), scripted_policy(env.task.name)
+        if fn is not None:
+            policy = Policy(fn, "scripted", policy_config={"function": f"reference of {env.task.name}"})
+        elif task.reference_checkpoint:
+            policy = load_policy(Path(__file__).resolve().parents[1] / task.reference_checkpoint, mode="sample",
+                                 seed=seed)
+        else:
+            raise ConfigError(f"task {env.task.name} has no reference controller; give policy=<checkpoint>")
+    else:
+        policy = load_policy(path, mode="sample", seed=seed)
+    policy.to(env.device)
+    if noise == 0.0:
+        return policy
+    gen = torch.Generator().manual_seed(seed + 1)
+
+    def noisy(obs: Any) -> torch.Tensor:
+        actions = policy(obs)
+        return actions + noise * torch.randn(actions.shape, generator=gen).to(actions.device)  # `rollout` clips
+
+    return noisy
+
+
+def goal_actor(actor: Actor, env: Any, kind: str, seed: int) -> Actor:
+    """``actor`` (a goal-reaching maze controller reading its goal from the observation) commanded to goals of its
+    own, per env: uniform over the open cells (``diverse``) or the decision points (``play``), a new one when it
+    arrives within `GOAL_RADIUS`. Only the actor's copy of the observation carries the commanded goal."""
+    from sim.tasks.maze import GOAL_RADIUS, cell_center, open_cells, play_cells
+
+    task = env.task
+    cells = open_cells(task.layout) if kind == "diverse" else play_cells(task.layout)
+    centers = task.cell_size * torch.tensor([cell_center(*c, task.layout) for c in cells], device=env.device)
+    gen = torch.Generator().manual_seed(seed + 2)
+    draw = lambda n: centers[torch.randint(len(cells), (n,), generator=gen).to(env.device)]  # noqa: E731
+    goals = draw(env.num_envs)
+    where = task.goal_obs
+
+    def act(obs: Any) -> torch.Tensor:
+        nonlocal goals
+        policy_obs = obs["policy"].clone()
+        pos = policy_obs[:, 0:2]  # both mazes observe the (x, y) position first
+        arrived = (pos - goals).norm(dim=-1) <= GOAL_RADIUS
+        if bool(arrived.any()):
+            goals = torch.where(arrived[:, None], draw(env.num_envs), goals)
+        policy_obs[:, where] = goals
+        return actor({**{k: obs[k] for k in obs.keys()}, "policy": policy_obs})
+
+    return act
+
+
+def replay_episodes(path: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The replay buffer saved with an off-policy checkpoint, as episodes (see the module docstring)."""
+    from robolearn.checkpoints import checkpoint
+
+    config, _ = checkpoint.load(path)
+    meta, tensors = checkpoint.load_trainer(path)
+    buf = meta.get("buffer")
+    if not buf or "buffer/actions" not in tensors:
+        raise ConfigError(f"checkpoint {path} has no replay buffer (an on-policy run?); replay kinds need an "
+                          "off-policy checkpoint (algo=sac, td3, rlpd, ...)")
+    get = lambda k: tensors[f"buffer/{k}"].cpu().numpy()  # noqa: E731  [filled, num_envs, ...]
+    actions, rewards, terminated, dones = get("actions"), get("rewards"), get("terminated"), get("dones")
+    groups = list(buf["obs_dims"])
+    obs, next_obs = {g: get(f"obs/{g}") for g in groups}, {g: get(f"next_obs/{g}") for g in groups}
+    filled, wrapped = int(buf["filled"]), int(buf["filled"]) == int(buf["steps"])
+    episodes = []
+    for env in range(actions.shape[1]):
+        ends = list(np.flatnonzero(dones[:filled, env])) + ([filled - 1] if not dones[filled - 1, env] else [])
+        start = 0
+        for end in ends:
+            steps = slice(start, end + 1)
+            episodes.append({
+                "observations": {g: np.concatenate([obs[g][steps, env], next_obs[g][end : end + 1, env]])
+                                 for g in groups},
+                "actions": actions[steps, env], "rewards": rewards[steps, env].astype(np.float32),
+                "terminations": terminated[steps, env].astype(bool),
+                "truncations": np.eye(end + 1 - start, dtype=bool)[-1] & ~terminated[end, env].astype(bool),
+            })  # fmt: skip
+            start = end + 1
+    task = ((config.get("run") or {}).get("env") or {}).get("name")
+    return episodes, {"task": task, "partial_first": wrapped, "replay_buffer_steps": filled * actions.shape[1],
+                      "seed": (config.get("run") or {}).get("seed")}
+
+
+def collect(cfg: CollectConfig) -> Dataset:
+    """The dataset `cfg` describes (not yet written)."""
+    if cfg.kind in REPLAY_KINDS:
+        episodes, extra = replay_episodes(cfg.policy)
+        meta = {"kind": cfg.kind, "policy": cfg.policy, "collected_with": "robolearn collect", **extra,
+                "ref_min_score": cfg.ref_min_score, "ref_max_score": cfg.ref_max_score}
+        return Dataset.from_episodes(episodes, {k: v for k, v in meta.items() if v is not None},
+                                     source=f"replay buffer of {cfg.policy}")
+    env_cfg = dataclasses.asdict(cfg.env)
+    if cfg.kind in GOAL_KINDS:
+        from sim.tasks import spec
+
+        if not hasattr(spec(cfg.env.name).task_class(), "goal_obs"):
+            raise ConfigError(f"collect kind={cfg.kind} is for the mazes (point-maze-*, ant-maze-*), "
+                              f"not {cfg.env.name}")
+        env_cfg["overrides"] = {**env_cfg["overrides"], "start": "random" if cfg.kind == "diverse" else "play"}
+    pixels = cfg.pixels
+    env = make_env(env_cfg, cfg.seed, pixels={"camera": pixels.camera, "width": pixels.width, "height": pixels.height,
+                                              "effects": pixels.effects} if pixels.enabled else None)
+    env_cfg["policy_dt"] = float(env.task.cfg.ctrl_dt * env.task.cfg.action_repeat)  # as train records it
+    began = time.perf_counter()
+    try:
+        if cfg.kind == "random":
+            episodes = rollout(env, random_actor(env, cfg.seed), cfg.episodes, cfg.progress, "random")
+        elif cfg.kind in ("medium", "expert"):
+            actor = policy_actor(cfg.policy, env, cfg.seed, cfg.noise)
+            episodes = rollout(env, actor, cfg.episodes, cfg.progress, cfg.kind)
+        elif cfg.kind in GOAL_KINDS:
+            actor = goal_actor(policy_actor(cfg.policy, env, cfg.seed, cfg.noise), env, cfg.kind, cfg.seed)
+            episodes = rollout(env, actor, cfg.episodes, cfg.progress, cfg.kind)
+        else:  # medium-expert: D4RL concatenates equal parts
+            half = cfg.episodes // 2
+            episodes = rollout(env, policy_actor(cfg.policy, env, cfg.seed, cfg.noise), cfg.episodes - half,
+                               cfg.progress, "medium")
+            episodes += rollout(env, policy_actor(cfg.expert_policy, env, cfg.seed + 1, cfg.noise), half,
+                                cfg.progress, "expert")
+        returns = np.array([float(np.sum(e["rewards"], dtype=np.float64)) for e in episodes])
+        ref_min = cfg.ref_min_score
+        if ref_min is None:
+            ref_min = returns.mean() if cfg.kind == "random" else _random_return(env, cfg)
+        ref_max = cfg.ref_max_score
+        if ref_max is None and "reference" in (cfg.policy, cfg.expert_policy):  # the reference controller's,
+            episodes_ref = rollout(env, policy_actor("reference", env, cfg.seed + 20_000), cfg.ref_episodes)  # no noise
+            ref_max = float(np.mean([np.sum(e["rewards"], dtype=np.float64) for e in episodes_ref]))
+        if ref_max is None and cfg.kind == "expert":
+            ref_max = float(returns.mean())
+    finally:
+        env.close()
+    meta = {"task": cfg.env.name, "kind": cfg.kind, "seed": cfg.seed, "policy": cfg.policy, "noise": cfg.noise,
+            "fps": 1.0 / env_cfg["policy_dt"],
+            "expert_policy": cfg.expert_policy, "env": env_cfg, "collected_with": "robolearn collect",
+            "return_mean": float(returns.mean()), "return_std": float(returns.std()),
+            "ref_min_score": None if ref_min is None else float(ref_min),
+            "ref_max_score": None if ref_max is None else float(ref_max),
+            "collection_seconds": time.perf_counter() - began}
+    return Dataset.from_episodes(episodes, {k: v for k, v in meta.items() if v is not None},
+                                 source=f"collect {cfg.env.name} {cfg.kind}")
+
+
+def _random_return(env: Any, cfg: CollectConfig) -> float:
+    """The task's random-policy reference return (D4RL's ref_min_score): mean of ``ref_episodes`` episodes."""
+    episodes = rollout(env, random_actor(env, cfg.seed + 10_000), cfg.ref_episodes, False)
+    return float(np.mean([np.sum(e["rewards"], dtype=np.float64) for e in episodes]))
+
+
+def _progress(total: int, label: str) -> Any:
+    from rich.progress import Progress
+
+    class Bar:
+        def __init__(self) -> None:
+            self.p = Progress(transient=True)
+            self.p.start()
+            self.task = self.p.add_task(f"{label} episodes", total=total)
+
+        def update(self, k: int) -> None:
+            self.p.advance(self.task, k)
+
+        def close(self) -> None:
+            self.p.stop()
+
+    return Bar()

@@ -1,0 +1,232 @@
+"""`robolearn collect suite=d4rl-like`: a whole standard suite of offline datasets, generated, not downloaded.
+
+    robolearn collect suite=d4rl-like                        # configs/dataset/d4rl-like.yaml -> data/d4rl-like/
+    robolearn collect suite=path/to/suite.yaml out=data/mine
+
+A suite YAML names, per task, the dataset kinds to make (`robolearn.collect.generate.KINDS`), how many episodes each and
+how the behaviour policies come about (D4RL's recipes, on our tasks):
+
+- ``expert``: the task's reference controller (``policy: reference``: scripted, or the trained checkpoint the
+  task registry names), sampled or with Gaussian action ``noise``, or a checkpoint path;
+- ``medium``: a policy at about 1/3 of the expert's normalised score, as D4RL's early-stopped SAC. The suite
+  trains one (``train``: `robolearn train` overrides, ``iterations`` in ``chunk``s): after each chunk it scores
+  the policy as the dataset will play it (``eval_episodes`` episodes of the *sampled* policy: an early SAC actor's
+  mean can score 47 where its samples score 10, ant-velocity at 10K steps) and keeps the first checkpoint whose
+  normalised score (task's random and reference returns) reaches ``medium_score`` (33 by default); training goes on to
+  ``iterations`` only when ``full-replay`` is wanted. Runs resume exactly, so chunks change nothing;
+- ``medium-replay`` / ``full-replay``: the replay buffers saved with the medium and the last checkpoints;
+- ``diverse`` / ``play``: the maze goal datasets (`robolearn.collect.generate`).
+
+Everything is seeded (``seed``), and the suite resumes: a dataset folder that exists is kept, a training run
+continues from its last chunk. ``<out>/suite.json`` records every dataset's size, return, normalised score and
+generation time (the behaviour training is timed per task), and `suite_table` renders it as markdown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from robolearn.collect.generate import KINDS, REPLAY_KINDS, CollectConfig, collect
+from robolearn.config import EnvConfig, config_dir
+from robolearn.data.dataset import DatasetError, write_json
+from robolearn.errors import ConfigError
+
+TRAINED_KINDS = ("medium", "medium-expert", *REPLAY_KINDS)  # the kinds that need the suite's training run
+
+
+@dataclasses.dataclass
+class TrainSpec:
+    """How a suite trains the medium policy (and fills the replay buffers)."""
+
+    overrides: list[str] = dataclasses.field(default_factory=lambda: ["algo=sac"])
+    iterations: int = 400           # the whole run (full-replay's buffer is its last checkpoint's)
+    chunk: int = 40                 # iterations between evaluations
+    eval_episodes: int = 10
+    medium_score: float = 33.0      # normalised score the medium checkpoint must reach (D4RL: about 1/3 expert)
+    prior_data: str | None = None   # a kind of the same task (e.g. expert) whose dataset is mixed into the
+    #                                 training batches (`algo.offline_data`; RLPD / SERL style, for tasks SAC alone
+    #                                 does not learn in the budget); it is generated before the training run
+
+
+@dataclasses.dataclass
+class TaskSuite:
+    """One task's part of a suite."""
+
+    task: str
+    kinds: list[str]
+    episodes: int = 100
+    num_envs: int = 64              # envs collecting together
+    expert: str = "reference"       # expert behaviour: "reference" or a checkpoint
+    noise: float = 0.0              # Gaussian action noise of the expert / goal behaviours
+    train: TrainSpec | None = None
+
+    def __post_init__(self) -> None:
+        bad = [k for k in self.kinds if k not in KINDS]
+        if bad:
+            raise ConfigError(f"suite task {self.task}: unknown kinds {bad}; use {', '.join(KINDS)}")
+        if any(k in TRAINED_KINDS for k in self.kinds) and self.train is None:
+            raise ConfigError(f"suite task {self.task}: kinds {sorted(set(self.kinds) & set(TRAINED_KINDS))} need "
+                              "a `train:` section (how to train the medium policy)")
+        prior = self.train.prior_data if self.train else None
+        if prior is not None and (prior not in self.kinds or prior in TRAINED_KINDS):
+            raise ConfigError(f"suite task {self.task}: train.prior_data={prior!r} must be one of this task's kinds "
+                              f"that need no training ({[k for k in self.kinds if k not in TRAINED_KINDS]})")
+
+
+def load_suite(name: str) -> tuple[str, dict[str, Any], list[TaskSuite]]:
+    """The suite `name` (configs/dataset/<name>.yaml, or a YAML path): its name, settings and tasks."""
+    path = Path(name)
+    if not path.suffix:
+        path = config_dir() / "dataset" / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in (config_dir() / "dataset").glob("*.yaml"))
+        raise ConfigError(f"no dataset suite {name!r} ({path}); suites: {known}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+        tasks = []
+        for task, entry in (raw.get("tasks") or {}).items():
+            entry = dict(entry)
+            train = entry.pop("train", None)
+            tasks.append(TaskSuite(task=task, train=TrainSpec(**train) if train else None, **entry))
+    except (yaml.YAMLError, TypeError) as e:
+        raise ConfigError(f"dataset suite {path} is malformed: {e}") from e
+    if not tasks:
+        raise ConfigError(f"dataset suite {path} lists no tasks")
+    settings = {k: v for k, v in raw.items() if k != "tasks"}
+    return path.stem, settings, tasks
+
+
+def run_suite(cfg: CollectConfig) -> Path:
+    """Generate every dataset of suite `cfg.suite` under `cfg.out` (default data/<suite>); returns that folder."""
+    name, settings, tasks = load_suite(cfg.suite)
+    out = Path(cfg.out or f"data/{name}")
+    out.mkdir(parents=True, exist_ok=True)
+    record_path = out / "suite.json"
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {"suite": name, "datasets": {}}
+    seed = int(settings.get("seed", cfg.seed))
+    fmt = settings.get("format", cfg.format)
+    for t in tasks:
+        lo, hi = _reference(t.task)  # every dataset of a task normalises by the registry's returns
+        untrained = [k for k in t.kinds if k not in TRAINED_KINDS]  # first: a training run may use them
+        for kind in untrained:
+            _collect_kind(t, kind, t.expert if kind == "expert" else None, out, fmt, seed, (lo, hi), cfg.progress,
+                          record, record_path)
+        if len(untrained) < len(t.kinds):
+            policies = train_behaviour(t, out / "_train" / t.task, seed, record, cfg.progress, out)
+            write_json(record_path, record)
+            for kind in t.kinds:
+                if kind in TRAINED_KINDS:
+                    policy = policies["full"] if kind == "full-replay" else policies["medium"]
+                    _collect_kind(t, kind, policy, out, fmt, seed, (lo, hi), cfg.progress, record, record_path)
+    (out / "README.md").write_text(f"# Dataset suite {name}\n\n{suite_table(record)}\n")
+    print(suite_table(record))
+    return out
+
+
+def _collect_kind(t: TaskSuite, kind: str, policy: str | None, out: Path, fmt: str, seed: int,
+                  reference: tuple[float, float], progress: bool, record: dict[str, Any], record_path: Path) -> None:
+    """Collect and save `t`'s dataset of `kind` unless its folder exists; record its size, return and time."""
+    from robolearn.data.formats import save_dataset
+
+    path = out / f"{t.task}-{kind}-v0"
+    if path.exists():
+        return
+    one = CollectConfig(env=EnvConfig(name=t.task, num_envs=t.num_envs), kind=kind, episodes=t.episodes,
+                        policy=policy, expert_policy=t.expert if kind == "medium-expert" else None,
+                        noise=t.noise if kind in ("expert", "diverse", "play") else 0.0,
+                        out=str(path), format=fmt, seed=seed, progress=progress,
+                        ref_min_score=reference[0], ref_max_score=reference[1])
+    began = time.perf_counter()
+    dataset = collect(one)
+    written = save_dataset(dataset, path, fmt)
+    record["datasets"][path.name] = {
+        "task": t.task, "kind": kind, "episodes": dataset.num_episodes, "steps": dataset.num_steps,
+        "bytes": _size(written), "seconds": round(time.perf_counter() - began, 2),
+        "return_mean": dataset.metadata.get("return_mean", float(dataset.episode_returns().mean())),
+        "normalized_score": _normalized(dataset),
+    }
+    write_json(record_path, record)
+    print(f"{path.name}: {dataset.num_steps} steps, {record['datasets'][path.name]['seconds']} s")
+
+
+def train_behaviour(t: TaskSuite, run_dir: Path, seed: int, record: dict[str, Any], progress: bool,
+                    out: Path) -> dict[str, str]:
+    """Train `t`'s behaviour run in chunks; returns the medium and final checkpoint folders (see the module doc).
+    With `train.prior_data`, that kind's dataset (in `out`, made first) is mixed into the training batches."""
+    from robolearn.eval.evaluate import evaluate
+    from robolearn.runners.train import train
+
+    spec = t.train
+    assert spec is not None
+    state_path = run_dir / "behaviour.json"
+    state = json.loads(state_path.read_text()) if state_path.is_file() else {"iterations": 0, "seconds": 0.0,
+                                                                             "evaluations": []}
+    random_return, reference_return = _reference(t.task)
+    want_full = "full-replay" in t.kinds
+    medium = run_dir / "medium"
+    while state["iterations"] < spec.iterations and not (medium.exists() and not want_full):
+        began = time.perf_counter()
+        k = min(state["iterations"] + spec.chunk, spec.iterations)
+        if (run_dir / "config.yaml").is_file() and (run_dir / "checkpoints" / "latest").exists():
+            train([f"resume={run_dir}", f"iterations={k}"])
+        else:
+            if run_dir.exists():
+                shutil.rmtree(run_dir)  # a first chunk that never checkpointed
+            prior_path = out / f"{t.task}-{spec.prior_data}-v0"
+            prior = [f"algo.offline_data={prior_path}"] if spec.prior_data else []
+            train([*spec.overrides, *prior, f"env={t.task}", f"seed={seed}", f"run_dir={run_dir}", f"iterations={k}",
+                   "video=false", f"progress={str(progress).lower()}", f"checkpoint_interval={spec.chunk}"])
+        final = run_dir / "checkpoints" / "final"
+        score = 100 * (evaluate(final, spec.eval_episodes, mode="sample") - random_return) / (
+            reference_return - random_return)  # sampled, as `collect` plays the medium policy
+        state["evaluations"].append([k, round(score, 2)])
+        if not medium.exists() and score >= spec.medium_score:
+            shutil.copytree(final, medium)
+            state["medium"] = {"iterations": k, "normalized_score": round(score, 2)}
+        state["iterations"] = k
+        state["seconds"] += time.perf_counter() - began
+        write_json(state_path, state)
+    if not medium.exists():
+        raise ConfigError(f"suite task {t.task}: the behaviour run reached normalised scores {state['evaluations']}, "
+                          f"never {spec.medium_score}; give train.iterations more (or another algo)")
+    record.setdefault("training", {})[t.task] = {**state, "overrides": spec.overrides}
+    return {"medium": str(medium), "full": str(run_dir / "checkpoints" / "final")}
+
+
+def _reference(task: str) -> tuple[float, float]:
+    from sim.tasks import spec
+
+    s = spec(task)
+    return s.random_return, s.reference_return
+
+
+def _normalized(dataset: Any) -> float | None:
+    try:
+        return round(float(dataset.normalized_score(dataset.episode_returns()).mean()), 1)
+    except DatasetError:  # no reference returns: nothing to normalise by
+        return None
+
+
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def suite_table(record: dict[str, Any]) -> str:
+    """Markdown table of a suite's datasets (from suite.json) and its behaviour training."""
+    lines = ["| dataset | episodes | transitions | size (MB) | return | normalised | seconds |",
+             "|---|---|---|---|---|---|---|"]
+    for name, d in sorted(record.get("datasets", {}).items()):
+        score = "-" if d["normalized_score"] is None else f"{d['normalized_score']:.1f}"
+        lines.append(f"| {name} | {d['episodes']} | {d['steps']} | {d['bytes'] / 1e6:.1f} | {d['return_mean']:.1f} | "
+                     f"{score} | {d['seconds']:.0f} |")
+    for task, tr in sorted(record.get("training", {}).items()):
+        lines.append(f"\nBehaviour training of {task} ({' '.join(tr['overrides'])}): {tr['iterations']} iterations in "
+                     f"{tr['seconds']:.0f} s; medium at {tr.get('medium')}; evaluations {tr['evaluations']}")
+    return "\n".join(lines)

@@ -1,0 +1,103 @@
+"""Composition: `configs/<command>.yaml` over the command's schema with `key=value` overrides, and the
+`--help` text that lists every option with its default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from robolearn.config.schemas import ALGORITHMS, TrainConfig
+from robolearn.errors import ConfigError
+
+
+def config_dir() -> Path:
+    """The `configs/` folder: beside the packages in a checkout, inside `robolearn` in a wheel."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "configs", here / "configs"):
+        if (candidate / "train.yaml").is_file():
+            return candidate
+    raise ConfigError("robolearn's configs/ folder was not found next to the package; reinstall robolearn")
+
+
+def _register(command: str, schema: type | None) -> None:
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    if schema is not None:
+        store.store(name=f"{command}_schema", node=schema)
+    for name, (algo_schema, _, _) in ALGORITHMS.items():  # any command may compose the algo presets (learner)
+        store.store(group="algo", name=f"{name}_schema", node=algo_schema)
+
+
+def _quoted(arg: str) -> str:
+    """`key=value` as Hydra should read it: a value its grammar would take for a sweep (`a,b`) or reject
+    (`~/x`, `x=y`) is quoted, so `topics=/odom,/imu` or `out=~/bags/run.mcap` stay plain strings."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+    from hydra.errors import HydraException
+
+    if "=" not in arg:
+        raise ConfigError(f"arguments are key=value overrides, got {arg!r}")
+    key, value = arg.split("=", 1)
+    if value[:1] in ("[", "{", "'", '"'):
+        return arg
+    try:
+        if OverridesParser.create().parse_override(arg).value_type == ValueType.ELEMENT:
+            return arg
+    except HydraException:
+        pass
+    return f"{key}='" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def compose(command: str, overrides: Sequence[str] = (), schema: type | None = None) -> dict[str, Any]:
+    """`configs/<command>.yaml` over its `schema` with `key=value` overrides, resolved into a plain dict.
+
+    `schema` is the command's dataclass; it is registered as `<command>_schema`, the first entry of the
+    YAML's defaults list (`train` registers its own, `TrainConfig`); the algorithm schemas are always registered.
+    """
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if command == "train" and schema is None:
+        schema = TrainConfig
+    _register(command, schema)
+    if not (config_dir() / f"{command}.yaml").is_file():
+        raise ConfigError(f"no configs/{command}.yaml in {config_dir()}")
+    try:
+        with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
+            cfg = hydra_compose(config_name=command, overrides=[_quoted(o) for o in overrides])
+        return OmegaConf.to_container(cfg, resolve=True)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise ConfigError(f"bad {command} option: {_first_lines(e)}") from e
+
+
+def _first_lines(e: Exception) -> str:
+    """Hydra's message without the hint lines it adds for its own CLI."""
+    import re
+
+    text = str(e) if not e.__cause__ else f"{e} ({e.__cause__})"
+    text = re.sub(r"To append to your config use \S+ ", "", text)  # a schema has no room for new keys
+    lines = [line.strip() for line in text.splitlines()]
+    return " ".join(line for line in lines if line and "HYDRA_FULL_ERROR" not in line
+                    and not line.startswith(("Config search path", "provider=")))
+
+
+def help_text(command: str, schema: type | None = None, doc: str = "") -> str:
+    """What `robolearn <command> --help` prints: the usage, every option with its default, the groups."""
+    import yaml
+
+    cfg = compose(command, (), schema)
+    lines = [doc.strip(), "", f"options of `robolearn {command}` (key=value; defaults shown):", ""] if doc else []
+    lines += ["  " + line for line in yaml.safe_dump(cfg, sort_keys=False, default_flow_style=None).splitlines()]
+    groups = sorted(p for p in config_dir().iterdir() if p.is_dir())
+    used = [g for g in groups if g.name in cfg or (command == "train" and g.name in ("env", "algo"))
+            or (command in ("deploy", "actor") and g.name == "deploy")]
+    for group in used:
+        names = sorted(p.stem for p in group.glob("*.yaml"))
+        lines.append(f"\n  {group.name}=<{'|'.join(names)}>")
+    return "\n".join(lines)

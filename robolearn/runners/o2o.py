@@ -1,0 +1,192 @@
+"""`robolearn finetune`: offline-to-online (O2O) fine-tuning, one method per `algo=`, as `configs/finetune.yaml`
+defines them (WSRL, RO2O, Cal-QL, RLPD with prior data, SAC from scratch).
+
+    robolearn finetune algo=wsrl dataset=point-maze-umaze-diverse offline_steps=50000 online_steps=100000
+    robolearn finetune algo=ro2o checkpoint=runs/<offline ro2o run> online_steps=250000
+    robolearn train algo=wsrl init=runs/<offline run> env=cheetah-run       # the online phase alone
+
+A method is two `robolearn train` runs in one folder: `<run_dir>/offline` (the offline algorithm on the dataset;
+skipped with `checkpoint=`, and for the methods without pre-training) and `<run_dir>/online` (the online learner
+initialised from the offline checkpoint with `init=`, `train`'s warm start: actor, critics, targets and temperature
+by name, the networks' sizes taken from the checkpoint). Data the method keeps (`retain_data`: Cal-QL's and RLPD's
+50/50 batches) is the dataset as `algo.offline_data`; WSRL and RO2O start online with an empty buffer that the
+pre-trained policy fills first (`algo.learning_starts` with `algo.random_warmup=false`: no update, no random action).
+
+The online phase evaluates the deterministic policy every `eval_every` env steps and once before its first step, so
+`<run_dir>/o2o.json` holds the O2O metrics (`o2o_metrics`): the starting score, the initial dip, steps to 90% of
+the final score, the cumulative regret and the final score. Re-running the same command resumes: a finished phase is
+not run again, an interrupted one continues from its last checkpoint (exactly, as `train resume=`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from robolearn.checkpoints import checkpoint
+from robolearn.checkpoints.warm_start import checkpoint_dir
+from robolearn.errors import ConfigError
+from robolearn.eval.o2o import DIP_WINDOW, learning_starts, o2o_metrics, read_curve
+
+
+@dataclasses.dataclass
+class MethodConfig:
+    """One O2O method: its offline phase (train overrides, or null for none), its online phase, what it keeps."""
+
+    description: str = ""
+    offline: list[str] | None = None  # `robolearn train` overrides of the pre-training (algo=...); null: none
+    offline_steps: int = 100_000      # its gradient steps, unless finetune's offline_steps says otherwise
+    online: list[str] = dataclasses.field(default_factory=list)  # the online phase's train overrides (algo=...)
+    retain_data: bool = False         # the dataset is mixed into online batches (algo.offline_data)
+
+
+@dataclasses.dataclass
+class FinetuneConfig:
+    """`robolearn finetune`: pre-train offline (or start from `checkpoint`), then fine-tune online."""
+
+    algo: str = "wsrl"                # the method: a key of `methods`
+    checkpoint: str | None = None     # an offline run (or checkpoint folder) to start from; null: pre-train here
+    dataset: str | None = None        # the prior data (pre-training, retained data); null: the checkpoint run's
+    env: str | None = None            # the task; null: the dataset's (or the checkpoint run's)
+    offline_steps: int | None = None  # gradient steps offline; null: the method's
+    online_steps: int = 100_000       # env steps online
+    eval_every: int = 5000            # online env steps between evaluations
+    eval_episodes: int = 10
+    seed: int = 0
+    device: str = "cpu"
+    run_dir: str | None = None        # null: runs/<task>-<algo>-finetune-<time>
+    progress: bool = True
+    video: bool = False
+    offline: list[str] = dataclasses.field(default_factory=list)  # more train overrides for the offline phase
+    online: list[str] = dataclasses.field(default_factory=list)   # ... and for the online phase
+    methods: dict[str, MethodConfig] = dataclasses.field(default_factory=dict)  # configs/finetune.yaml
+
+
+
+
+
+def _take(overrides: Sequence[str], keys: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """Split `key=value` overrides whose key names a config group (algo, env) or a folder (dataset) from the rest:
+    Hydra would read them as group choices."""
+    rest, taken = [], {}
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+")
+        if "=" in o and key in keys:
+            taken[key] = o.split("=", 1)[1]
+        else:
+            rest.append(o)
+    return rest, taken
+
+
+def load_config(overrides: Sequence[str]) -> FinetuneConfig:
+    """The composed `configs/finetune.yaml` with its overrides, checked."""
+    from omegaconf import OmegaConf
+
+    from robolearn.config import compose
+
+    rest, taken = _take(overrides, ("algo", "dataset", "env"))
+    raw = compose("finetune", rest, FinetuneConfig)
+    raw.update(taken)
+    cfg: FinetuneConfig = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(FinetuneConfig), raw))
+    if cfg.algo not in cfg.methods:
+        raise ConfigError(f"algo={cfg.algo!r} is not an O2O method; use one of {sorted(cfg.methods)} "
+                          "(configs/finetune.yaml)")
+    if cfg.online_steps < 1 or cfg.eval_every < 1 or cfg.eval_episodes < 1:
+        raise ConfigError("online_steps, eval_every and eval_episodes must be >= 1")
+    method = cfg.methods[cfg.algo]
+    if cfg.eval_every > DIP_WINDOW * cfg.online_steps:
+        print(f"note: eval_every={cfg.eval_every} > {DIP_WINDOW:.0%} of online_steps={cfg.online_steps}: the initial "
+              "dip is measured at the first online evaluation alone (evaluate more often to see inside the window)")
+    if cfg.checkpoint is None and cfg.dataset is None:
+        raise ConfigError("give dataset=<path or name> (pre-trained here) or checkpoint=<offline run>")
+    if cfg.checkpoint is not None and method.offline is None:
+        raise ConfigError(f"algo={cfg.algo} has no offline phase to start from a checkpoint: give dataset= only")
+    return cfg
+
+
+def _checkpoint_run(path: str) -> dict[str, Any]:
+    config, _ = checkpoint.load(checkpoint_dir(path))
+    return config.get("run") or {}
+
+
+def finetune(overrides: Sequence[str]) -> Path:
+    """Run (or resume) one O2O method as `key=value` overrides of configs/finetune.yaml say; returns the run folder."""
+    import time
+
+    from robolearn.runners.train import resolve_dataset, train
+
+    cfg = load_config(overrides)
+    method = cfg.methods[cfg.algo]
+    dataset, task = cfg.dataset, cfg.env
+    if cfg.checkpoint is not None:
+        run = _checkpoint_run(cfg.checkpoint)
+        dataset = dataset or run.get("dataset")
+        task = task or (run.get("env") or {}).get("name")
+    reference = None
+    if dataset is not None:  # its task, and its reference returns (measured at its episode length)
+        from robolearn.data.formats import load_dataset
+
+        meta = load_dataset(resolve_dataset(dataset)).metadata
+        task = task or meta.get("task")
+        lo, hi = meta.get("ref_min_score"), meta.get("ref_max_score")
+        reference = [float(lo), float(hi)] if lo is not None and hi is not None and lo != hi else None
+    if task is None:
+        raise ConfigError(f"dataset {dataset} names no task: pass env=<task>")
+    from robolearn.runners.base import task_reference
+
+    if reference is None and task_reference(task) is None:
+        raise ConfigError(f"no reference returns to score {task} by (the dataset has no ref_min_score/ref_max_score "
+                          "and the task none): the O2O metrics need normalised scores")
+    out = Path(cfg.run_dir or f"runs/{task}-{cfg.algo}-finetune-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    common = [f"seed={cfg.seed}", f"device={cfg.device}", f"progress={str(cfg.progress).lower()}"]
+
+    init = cfg.checkpoint
+    offline_score = None
+    if init is None and method.offline is not None:
+        steps = cfg.offline_steps if cfg.offline_steps is not None else method.offline_steps
+        _phase(train, out / "offline", [*method.offline, f"dataset={dataset}", f"env={task}", *common,
+                                         f"algo.gradient_steps={steps}", f"algo.log_every={math.gcd(steps, 1000)}",
+                                         "video=false", *cfg.offline])  # logs every 1000 steps when it divides them
+        init = str(out / "offline")
+    if init is not None:  # the offline run's own last evaluation (a checkpoint's run folder is two levels up)
+        offline_curve = read_curve(checkpoint_dir(init).parent.parent)
+        offline_score = offline_curve[-1][1] if offline_curve else None
+    online = [*method.online, f"env={task}", *common, f"algo.env_steps={cfg.online_steps}",
+              f"algo.eval_every={cfg.eval_every}", f"algo.eval_episodes={cfg.eval_episodes}",
+              f"video={str(cfg.video).lower()}"]
+    if reference is not None:
+        online.append(f"algo.eval_reference=[{reference[0]!r},{reference[1]!r}]")
+    if init is not None:
+        online.append(f"init={init}")
+    if method.retain_data:
+        online.append(f"algo.offline_data={resolve_dataset(dataset)}")
+    _phase(train, out / "online", [*online, *cfg.online])
+    metrics = o2o_metrics(read_curve(out / "online"), cfg.online_steps, offline_score, learning_starts(out))
+    metrics.update({"algo": cfg.algo, "task": task, "dataset": dataset, "seed": cfg.seed, "init": init})
+    from robolearn.data.dataset import write_json
+
+    write_json(out / "o2o.json", metrics)
+    print(json.dumps(metrics, indent=2))
+    print(f"run directory: {out}")
+    return out
+
+
+def _phase(train: Any, run_dir: Path, overrides: list[str]) -> None:
+    """One `robolearn train` run in `run_dir`: skipped when finished (checkpoints/final), resumed when interrupted."""
+    if (run_dir / "checkpoints" / "final" / checkpoint.CONFIG).is_file():
+        print(f"{run_dir}: finished before, not run again")
+        return
+    if (run_dir / "checkpoints" / "latest" / checkpoint.CONFIG).is_file():
+        print(f"{run_dir}: resuming")
+        train([f"resume={run_dir}"])
+        return
+    if run_dir.exists():  # started but never checkpointed: start over
+        import shutil
+
+        shutil.rmtree(run_dir)
+    train([*overrides, f"run_dir={run_dir}"])

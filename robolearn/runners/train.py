@@ -1,0 +1,267 @@
+"""`robolearn train`: PPO, SAC (and its recipes) or TD3 on a simulated task, or an offline algorithm (BC, TD3+BC,
+IQL, CQL, Cal-QL, ReBRAC) on a dataset, as `configs/train.yaml` composes it.
+
+    robolearn train env=pendulum-swingup algo=sac seed=1 algo.batch_size=128
+    robolearn train algo=iql dataset=data/d4rl-like/cheetah-run-medium-v0 algo.gradient_steps=100000
+    robolearn train resume=runs/<run> iterations=400
+    robolearn train algo=wsrl init=runs/<offline run> env=cheetah-run    # warm start (robolearn.runners.o2o)
+
+Without `dataset=` an offline algorithm but BC learns online, as SAC does (fine-tuning: `robolearn finetune`).
+
+A run directory holds the resolved `config.yaml`, `metrics.jsonl`, TensorBoard events, checkpoints,
+`learning_curve.png` and a video of the final policy (see the runners).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from robolearn.algos.base import spec
+from robolearn.config import algo_config, compose, make_env
+from robolearn.errors import CheckpointError, ConfigError
+from robolearn.runners.offline import OfflineRunConfig
+
+
+def is_online(cfg: dict[str, Any]) -> bool:
+    """Whether a train config learns online: always without `dataset=` (an offline algorithm then continues online)."""
+    return not cfg.get("dataset")
+
+
+def resolve_run(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Fill what depends on the algorithm: the network sizes of a warm start (`init`), `iterations` (PPO: the task
+    preset's; off-policy: from `algo.env_steps`; offline: from `algo.gradient_steps`)."""
+    if cfg.get("init"):
+        if not is_online(cfg):
+            raise ConfigError("init= warm-starts online learning: leave dataset= out (algo.offline_data= keeps data)")
+        if algo_config(cfg["algo"])[1] is None:
+            raise ConfigError(f"init= warm-starts an off-policy learner; algo={cfg['algo']['name']} is on-policy")
+        from robolearn.checkpoints.warm_start import adopt_architecture
+
+        for key, (was, now) in adopt_architecture(cfg["algo"], cfg["init"]).items():
+            print(f"init: algo.{key} = {now} as the checkpoint's (the preset had {was})")
+    algo_cfg, run_cfg = algo_config(cfg["algo"], online=is_online(cfg))
+    if is_online(cfg) and spec(cfg["algo"]["name"]).runner == "offline":
+        if getattr(algo_cfg, "calibrate", False):
+            raise ConfigError("algo=calql online needs algo.calibrate=false (CORL switches the calibration off online: "
+                              "new transitions have no Monte-Carlo return)")
+        print(f"algo={cfg['algo']['name']} without dataset=: it learns online (algo.env_steps={run_cfg.env_steps})")
+    if not is_online(cfg) and not isinstance(run_cfg, OfflineRunConfig):
+        raise ConfigError(f"algo={cfg['algo']['name']} is online: dataset= is for the offline algorithms (online: "
+                          "algo.offline_data=)")
+    unused = _other_mode_settings(cfg["algo"], algo_cfg, run_cfg)
+    if unused:
+        print(f"note: {', '.join('algo.' + k for k in unused)} "
+              + ("apply to offline training (dataset=) only" if is_online(cfg) else "apply to online learning only")
+              + ": not used by this run")
+    if cfg["iterations"] is None:
+        if isinstance(run_cfg, OfflineRunConfig):
+            steps, every = run_cfg.gradient_steps, run_cfg.log_every
+            if 0 < steps < every:  # a short run logs once, at its end, rather than running log_every steps
+                cfg["algo"]["log_every"] = every = steps
+            elif steps % every:
+                raise ConfigError(f"algo.gradient_steps ({steps}) must be a multiple of algo.log_every ({every}): "
+                                  "training runs whole logged iterations")
+            cfg["iterations"] = max(1, steps // every)
+        elif run_cfg is None:
+            cfg["iterations"] = int(cfg["env"]["iterations"])
+        else:
+            per_iteration = run_cfg.steps_per_iteration * int(cfg["env"]["num_envs"])
+            cfg["iterations"] = max(1, -(-run_cfg.env_steps // per_iteration))
+    return cfg
+
+
+def _other_mode_settings(algo: dict[str, Any], algo_cfg: Any, run_cfg: Any) -> list[str]:
+    """The settings of an offline algorithm's other mode (online / offline) that differ from their defaults: the
+    schema has both modes' fields, a run reads one mode's."""
+    import dataclasses
+
+    if spec(algo["name"]).runner != "offline" or run_cfg is None:
+        return []
+    from robolearn.config import ALGORITHMS
+
+    used = {f.name for f in dataclasses.fields(algo_cfg)} | {f.name for f in dataclasses.fields(run_cfg)}
+    out = []
+    for f in dataclasses.fields(ALGORITHMS[algo["name"]][0]):
+        if f.name in used or f.name in ("name", "recipe") or f.name not in algo:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        value = list(algo[f.name]) if isinstance(algo[f.name], tuple) else algo[f.name]
+        if value != (list(default) if isinstance(default, tuple) else default):
+            out.append(f.name)
+    return out
+
+
+def train(overrides: list[str]) -> Path:
+    """Train as configured by `key=value` overrides of configs/train.yaml; returns the run directory."""
+    overrides, dataset = _split_dataset(overrides)
+    cfg = compose("train", overrides)
+    cfg["dataset"] = dataset
+    resuming = bool(cfg["resume"])
+    if resuming:
+        run_dir = Path(cfg["resume"])
+        saved = run_dir / "config.yaml"
+        if not saved.is_file():
+            raise CheckpointError(f"cannot resume {run_dir}: it has no config.yaml (not a robolearn run directory)")
+        iterations = cfg["iterations"]
+        cfg = json.loads(saved.read_text())
+        if iterations is not None:
+            cfg["iterations"] = iterations
+    else:
+        cfg = resolve_run(cfg)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        label = cfg["algo"].get("recipe", cfg["algo"]["name"])
+        run_dir = Path(cfg["run_dir"] or f"runs/{cfg['env']['name']}-{label}-{stamp}")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        cfg["run_dir"] = str(run_dir)
+
+    seed = int(cfg["seed"])
+    torch.manual_seed(seed)
+    _, run_cfg = algo_config(cfg["algo"], online=is_online(cfg))
+    offline = isinstance(run_cfg, OfflineRunConfig)  # its envs are the evaluation episodes
+    env = make_env(cfg["env"], seed, num_envs=run_cfg.eval_episodes if offline else None)
+    cfg["env"]["policy_dt"] = float(env.task.cfg.ctrl_dt * env.task.cfg.action_repeat)  # the policy acts this often
+    (run_dir / "config.yaml").write_text(json.dumps(cfg, indent=2))  # JSON is valid YAML: readable by both
+    runner = make_runner(env, cfg, run_dir, seed)
+    if resuming:
+        runner.restore(run_dir / "checkpoints" / "latest")
+    elif cfg.get("init"):
+        from robolearn.checkpoints.warm_start import warm_start
+
+        print(f"init: {', '.join(warm_start(runner.algo, cfg['init']))} from {cfg['init']}")
+    try:
+        runner.learn(int(cfg["iterations"]), checkpoint_interval=int(cfg["checkpoint_interval"]))
+        final = runner.save(run_dir / "checkpoints" / "final")
+    finally:
+        runner.close()
+        env.close()
+        if getattr(runner, "eval_env", None) is not None:
+            runner.eval_env.close()
+    from robolearn.eval.evaluate import render_checkpoint
+    from robolearn.eval.plots import learning_curve
+
+    learning_curve(run_dir / "metrics.jsonl", run_dir / "learning_curve.png", task=cfg["env"]["name"])
+    if cfg["video"]:
+        render_checkpoint(final, run_dir / "video.mp4")
+    print(f"run directory: {run_dir}")
+    return run_dir
+
+
+def make_runner(env: Any, cfg: dict[str, Any], run_dir: Path, seed: int):
+    """The on- or off-policy runner, with its algorithm, for a resolved train config."""
+    device = torch.device(cfg["device"])
+    algo_cfg, run_cfg = algo_config(cfg["algo"], online=is_online(cfg))
+    if isinstance(run_cfg, OfflineRunConfig):
+        return offline_runner(env, cfg, algo_cfg, run_cfg, run_dir, seed, device)
+    algo = spec(cfg["algo"]["name"]).learner_class().for_env(env, algo_cfg, device)
+    if run_cfg is None:
+        from robolearn.runners.on_policy import OnPolicyRunner
+
+        return OnPolicyRunner(env, algo, run_dir, cfg, seed=seed, progress=cfg["progress"])
+    from robolearn.runners.off_policy import OffPolicyRunner
+
+    offline = offline_buffer(run_cfg.offline_data, env, algo_cfg, device)
+    eval_env = None
+    if run_cfg.eval_every:  # a separate VecEnv: evaluating never disturbs the training envs' episodes
+        eval_env = make_env(cfg["env"], seed + 1, num_envs=run_cfg.eval_episodes)
+    return OffPolicyRunner(env, algo, run_dir, cfg, seed=seed, progress=cfg["progress"],
+                           steps_per_iteration=run_cfg.steps_per_iteration, offline=offline, eval_env=eval_env,
+                           eval_every=run_cfg.eval_every, reference=_reference(run_cfg, env.task.name))
+
+
+def _reference(run_cfg: Any, task: str) -> tuple[float, float] | None:
+    """The (random, reference) returns online evaluations are normalised by: `algo.eval_reference`, else the task's."""
+    from robolearn.runners.base import task_reference
+
+    given = run_cfg.eval_reference
+    if given is None:
+        return task_reference(task)
+    if len(given) != 2 or float(given[0]) == float(given[1]):
+        raise ConfigError(f"algo.eval_reference must be [random, reference] returns that differ, got {given}")
+    return float(given[0]), float(given[1])
+
+
+def offline_buffer(path: str | None, env: Any, algo_cfg: Any, device: torch.device):
+    """The offline dataset (`algo.offline_data`: any format `robolearn.data.formats` reads) as a replay buffer.
+
+    It needs the env's observation groups that the learner reads ("policy", and "critic" where the env has a
+    separate one) with the env's sizes; batches then mix it in at `algo.offline_ratio` (RLPD's and SERL's
+    50/50). Without a dataset every batch is online.
+    """
+    if not path:
+        if algo_cfg.offline_ratio > 0:
+            print(f"note: offline_ratio {algo_cfg.offline_ratio} but no algo.offline_data: every batch is online")
+        return None
+    from robolearn.data.dataset import to_replay_buffer
+    from robolearn.data.formats import load_dataset
+
+    data = load_dataset(path)
+    groups = ["policy"] + (["critic"] if "critic" in env.observation_shapes else [])
+    for group in groups:
+        have = data.observations.get(group)
+        want = tuple(env.observation_shapes[group])
+        if have is None:
+            raise ConfigError(f"offline data {path} has observation groups {sorted(data.observations)}; this env's "
+                              f"learner reads {groups} (the critic group holds privileged observations)")
+        if tuple(have.shape[1:]) != want:
+            raise ConfigError(f"offline data {path} has {group} observations of shape {tuple(have.shape[1:])}; "
+                              f"the env has {want}")
+    if data.actions.shape[1] != env.num_actions:
+        raise ConfigError(f"offline data {path} has actions of size {data.actions.shape[1]}; the env has "
+                          f"{env.num_actions}")
+    buffer = to_replay_buffer(data, groups, device=str(device), n_step=algo_cfg.n_step, gamma=algo_cfg.gamma)
+    print(f"offline data: {len(buffer)} transitions from {data.num_episodes} episodes in {path}")
+    return buffer
+
+
+def resolve_dataset(name: str) -> Path:
+    """`dataset=`: a path, or a name under data/ (`data/<name>`, `data/<suite>/<name>`, with or without `-v0`)."""
+    path = Path(name)
+    if path.exists():
+        return path
+    for candidate in (Path("data") / name, Path("data") / f"{name}-v0", *Path("data").glob(f"*/{name}"),
+                      *Path("data").glob(f"*/{name}-v0")):
+        if candidate.exists():
+            return candidate
+    raise ConfigError(f"dataset {name!r} not found (as a path, or under data/); make one with `robolearn collect` "
+                      "(e.g. `robolearn collect suite=d4rl-like`)")
+
+
+def _split_dataset(overrides: list[str]) -> tuple[list[str], str | None]:
+    """Take `dataset=X` out of the overrides (configs/dataset/ is the dataset-suite folder, so Hydra would read it
+    as a group) and, without `env=`, make the env the dataset's task (from its metadata)."""
+    given = {o.split("=", 1)[0].lstrip("+"): o.split("=", 1)[1] for o in overrides if "=" in o}
+    if "dataset" not in given:
+        return overrides, None
+    rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+") != "dataset"]
+    if "env" in given or "resume" in given:
+        return rest, given["dataset"]
+    from robolearn.data.formats import load_dataset
+
+    task = load_dataset(resolve_dataset(given["dataset"])).metadata.get("task")
+    return ([*rest, f"env={task}"] if task else rest), given["dataset"]
+
+
+def offline_runner(env: Any, cfg: dict[str, Any], algo_cfg: Any, run_cfg: OfflineRunConfig, run_dir: Path, seed: int,
+                   device: torch.device):
+    """The offline runner with its algorithm and the dataset's buffer (checked against the env)."""
+    from robolearn.data.formats import load_dataset
+    from robolearn.runners.offline import OfflineRunner, dataset_buffer, reference_returns
+
+    path = resolve_dataset(cfg["dataset"])
+    data = load_dataset(path)
+    algo = spec(cfg["algo"]["name"]).learner_class().for_env(env, algo_cfg, device)
+    extras = {}  # per-transition values some learners need in every batch
+    if hasattr(algo, "dataset_returns"):  # Cal-QL: each transition's Monte-Carlo return-to-go
+        extras["mc_returns"] = torch.as_tensor(algo.dataset_returns(data.rewards, data.step_starts))
+    if hasattr(algo, "dataset_next_actions"):  # ReBRAC's critic penalty: the dataset's next action
+        extras["next_actions"] = torch.as_tensor(algo.dataset_next_actions(data.actions, data.step_starts))
+    buffer = dataset_buffer(data, env, str(path), device, algo_cfg.gamma, extras)
+    algo.fit_state_normalizer(buffer.obs["policy"][:buffer.filled])  # normalize_states (a resume restores the same)
+    print(f"dataset: {len(buffer)} transitions from {data.num_episodes} episodes in {path}")
+    return OfflineRunner(env, algo, buffer, run_dir, cfg, run_cfg, reference_returns(data, env.task.name), seed=seed,
+                         progress=cfg["progress"])
