@@ -17,7 +17,7 @@ names it.
     env = make_env(cfg["env"], seed=cfg["seed"])
 """
 
-from robolearn.config.compose import compose, config_dir, help_text
+from robolearn.config.compose import compose, config_dir, help_text, parse_overrides
 from robolearn.config.env import control_rate, make_env
 from robolearn.config.schemas import (
     ALGORITHMS,
@@ -28,5 +28,5 @@ from robolearn.config.schemas import (
     online_config,
 )
 
-__all__ = ["config_dir", "compose", "help_text", "EnvConfig", "TrainConfig", "OffPolicyRunConfig", "ALGORITHMS",
-           "algo_config", "online_config", "make_env", "control_rate"]
+__all__ = ["config_dir", "compose", "help_text", "parse_overrides", "EnvConfig", "TrainConfig", "OffPolicyRunConfig",
+           "ALGORITHMS", "algo_config", "online_config", "make_env", "control_rate"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from robolearn.config.schemas import ALGORITHMS, TrainConfig
 from robolearn.errors import ConfigError
@@ -14,8 +14,8 @@ from robolearn.errors import ConfigError
 
 def config_dir() -> Path:
     """The `configs/` folder: beside the packages in a checkout, inside `robolearn` in a wheel."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "configs", here / "configs"):
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package.parent / "configs", package / "configs"):
         if (candidate / "train.yaml").is_file():
             return candidate
     raise ConfigError("robolearn's configs/ folder was not found next to the package; reinstall robolearn")
@@ -101,3 +101,34 @@ def help_text(command: str, schema: type | None = None, doc: str = "") -> str:
         names = sorted(p.stem for p in group.glob("*.yaml"))
         lines.append(f"\n  {group.name}=<{'|'.join(names)}>")
     return "\n".join(lines)
+
+
+T = TypeVar("T")
+
+
+def parse_overrides(schema: type[T], args: Sequence[str], doc: str = "") -> T:
+    """A dataclass `schema` filled from `key=value` overrides in the command line's grammar (`a.b=1`,
+    `sizes=[64,64]`), for scripts outside the `robolearn` command (the benchmarks). `--help` prints every field with
+    its default and exits; an unknown key or a value of the wrong type is a `ConfigError` that names it.
+
+        cfg = parse_overrides(SpeedConfig, sys.argv[1:], __doc__)
+    """
+    import sys
+
+    import yaml
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if any(a in ("-h", "--help") for a in args):
+        defaults = OmegaConf.to_container(OmegaConf.structured(schema))
+        print((doc.strip() + "\n\n" if doc else "") + "options (key=value; defaults shown):\n")
+        print("\n".join("  " + line for line in yaml.safe_dump(defaults, sort_keys=False).splitlines()))
+        sys.exit(0)
+    bad = [a for a in args if "=" not in a]
+    if bad:
+        raise ConfigError(f"arguments are key=value overrides, got {bad}")
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.from_dotlist(list(args)))
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"bad option: {_first_lines(e)}") from e
