@@ -62,8 +62,8 @@ def test_full_replay_is_the_runs_replay_buffer(tmp_path):
     """kind=full-replay: the replay buffer saved with an off-policy checkpoint, split into episodes per env."""
     run = tmp_path / "run"
     assert main(["train", "env=pendulum-swingup", "algo=sac", f"run_dir={run}", "progress=false", "video=false",
-                 "algo.env_steps=300", "algo.learning_starts=200", "algo.batch_size=32", "env.num_envs=2",
-                 "algo.actor_hidden=[16]", "algo.critic_hidden=[16]", "algo.steps_per_iteration=50",
+                 "runner.env_steps=300", "algo.learning_starts=200", "algo.batch_size=32", "env.num_envs=2",
+                 "algo.actor_hidden=[16]", "algo.critic_hidden=[16]", "runner.steps_per_iteration=50",
                  "+env.overrides.episode_length=60"]) == 0
     data = collect(CollectConfig(kind="full-replay", policy=str(run / "checkpoints" / "final")))
     # 2 envs x 150 steps: 2 whole 60-step episodes each, then a 30-step one cut by the end of training

@@ -60,7 +60,7 @@ tasks:
     episodes: 2
     num_envs: 2
     train:
-      overrides: [algo=sac, env.num_envs=2, algo.steps_per_iteration=25, algo.learning_starts=50, algo.batch_size=32,
+      overrides: [algo=sac, env.num_envs=2, runner.steps_per_iteration=25, algo.learning_starts=50, algo.batch_size=32,
                   "algo.actor_hidden=[16]", "algo.critic_hidden=[16]"]
       iterations: 2
       chunk: 1
@@ -87,7 +87,7 @@ def test_suite_generates_every_dataset_and_resumes(tmp_path, capsys):
     train = record["training"]["pendulum-swingup"]
     assert train["iterations"] == 2 and train["medium"]["iterations"] == 1 and len(train["evaluations"]) == 2
     run_cfg = json.loads((out / "_train" / "pendulum-swingup" / "config.yaml").read_text())  # JSON is YAML
-    assert run_cfg["algo"]["offline_data"] == str(out / "pendulum-swingup-random-v0")
+    assert run_cfg["runner"]["offline_data"] == str(out / "pendulum-swingup-random-v0")
     # medium-replay is the buffer at the medium checkpoint (1 iteration x 25 steps x 2 envs), full-replay at the end
     assert record["datasets"]["pendulum-swingup-medium-replay-v0"]["steps"] == 50
     assert record["datasets"]["pendulum-swingup-full-replay-v0"]["steps"] == 100

@@ -19,10 +19,16 @@ from robolearn.data.formats import save_dataset
 from robolearn.errors import CheckpointError, ConfigError
 from robolearn.eval.o2o import o2o_metrics, o2o_table
 from robolearn.runners import train as training
-from robolearn.runners.o2o import finetune
+from robolearn.runners.o2o import finetune as run_finetune
+from robolearn.runners.o2o import load_config
 from robolearn.runners.off_policy import OffPolicyLearner, OffPolicyRunner
 
 train, make_runner, resolve_run = training.train, training.make_runner, training.resolve_run
+
+
+def finetune(overrides: list[str]):
+    """`robolearn finetune` from key=value overrides (the command's composition, then its one library call)."""
+    return run_finetune(load_config(overrides))
 
 EP = "+env.overrides.episode_length=200"
 SMALL = ["algo.actor_hidden=[64,64]", "algo.critic_hidden=[64,64]", "algo.batch_size=128"]
@@ -43,8 +49,8 @@ def pretrained(dataset, tmp_path_factory):
     """100 gradient steps of Cal-QL with 4 LayerNorm critics (WSRL's pre-training, small)."""
     run = tmp_path_factory.mktemp("offline") / "calql"
     train(["algo=calql", f"dataset={dataset}", EP, *SMALL, "algo.num_critics=4", "algo.num_min_critics=2",
-           "algo.critic_layer_norm=true", "algo.actor_layer_norm=true", "algo.gradient_steps=100",
-           "algo.log_every=50", "algo.eval_every=100", "algo.eval_episodes=4", f"run_dir={run}", "video=false",
+           "algo.critic_layer_norm=true", "algo.actor_layer_norm=true", "runner.gradient_steps=100",
+           "runner.log_every=50", "runner.eval_every=100", "runner.eval_episodes=4", f"run_dir={run}", "video=false",
            "progress=false"])
     return run
 
@@ -53,7 +59,8 @@ def test_warm_start_and_the_wsrl_warm_up(pretrained, tmp_path):
     """The online learner starts from the checkpoint (its 4 critics, not the preset's 10); during the warm-up the
     buffer fills with the pre-trained policy's sampled actions and no update runs; no offline buffer exists."""
     cfg = compose("train", ["env=cartpole-balance", "algo=wsrl", EP, *SMALL, f"init={pretrained}",
-                            "algo.learning_starts=160", "algo.steps_per_iteration=10", "video=false", "progress=false"])
+                            "algo.learning_starts=160", "runner.steps_per_iteration=10", "video=false",
+                            "progress=false"])
     cfg["dataset"] = None
     cfg = resolve_run(cfg)
     assert cfg["algo"]["num_critics"] == 4 and cfg["algo"]["offline_ratio"] == 0.0
@@ -109,7 +116,7 @@ def test_finetune_improves_a_pretrained_policy_and_reports(dataset, pretrained, 
     assert metrics["final_score"] > metrics["start_score"] + 30, metrics
     assert metrics["offline_score"] is not None and metrics["dataset"] == str(dataset)
     online = json.loads((out / "online" / "config.yaml").read_text())
-    assert online["algo"]["offline_data"] is None and online["algo"]["offline_ratio"] == 0.0  # WSRL keeps no data
+    assert online["runner"]["offline_data"] is None and online["algo"]["offline_ratio"] == 0.0  # WSRL keeps no data
     from robolearn.bench.suite import read_score
 
     record = read_score(out)
@@ -134,11 +141,11 @@ def test_ro2o_fine_tune_stopped_mid_way_resumes_exactly(dataset, tmp_path, monke
     monkeypatch.setattr(RO2O, "act", spy)
     offline = tmp_path / "offline"
     train(["algo=ro2o", f"dataset={dataset}", EP, "algo.actor_hidden=[32,32]", "algo.critic_hidden=[32,32]",
-           "algo.num_critics=3", "algo.sample_size=4", "algo.gradient_steps=40", "algo.log_every=20",
-           "algo.eval_every=40", "algo.eval_episodes=2", "algo.batch_size=64", f"run_dir={offline}", "video=false",
+           "algo.num_critics=3", "algo.sample_size=4", "runner.gradient_steps=40", "runner.log_every=20",
+           "runner.eval_every=40", "runner.eval_episodes=2", "algo.batch_size=64", f"run_dir={offline}", "video=false",
            "progress=false"])
     args = ["algo=ro2o", f"checkpoint={offline}", "online_steps=240", "eval_every=160", "eval_episodes=2",
-            "progress=false", f'online=["{EP}","algo.learning_starts=80","algo.steps_per_iteration=10",'
+            "progress=false", f'online=["{EP}","algo.learning_starts=80","runner.steps_per_iteration=10",'
             '"checkpoint_interval=1","algo.batch_size=64","algo.sample_size=4"]']
     straight, split = tmp_path / "straight", tmp_path / "split"
     finetune([*args, f"run_dir={straight}"])
@@ -171,8 +178,8 @@ def test_calql_continues_online_on_half_offline_batches(dataset, pretrained, tmp
     retained in 50/50 batches from the first step."""
     run = tmp_path / "calql"
     train(["env=cartpole-balance", "algo=calql", EP, f"init={pretrained}", "algo.calibrate=false",
-           f"algo.offline_data={dataset}", "algo.offline_ratio=0.5", "algo.learning_starts=0", "algo.env_steps=80",
-           "algo.steps_per_iteration=10", "algo.eval_every=0", "algo.batch_size=64", "algo.cql_n_actions=3",
+           f"runner.offline_data={dataset}", "algo.offline_ratio=0.5", "algo.learning_starts=0", "runner.env_steps=80",
+           "runner.steps_per_iteration=10", "runner.eval_every=0", "algo.batch_size=64", "algo.cql_n_actions=3",
            f"run_dir={run}", "video=false", "progress=false"])
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["updates"] == 80 and all(r["critic_loss"] == r["critic_loss"] for r in rows)  # finite
@@ -209,7 +216,7 @@ def test_errors(dataset, pretrained, tmp_path):
     with pytest.raises(ConfigError, match="leave dataset= out"):
         train(["algo=calql", f"dataset={dataset}", f"init={pretrained}", "video=false", "progress=false"])
     td3_bc = tmp_path / "td3_bc"
-    train(["algo=td3_bc", f"dataset={dataset}", EP, "algo.gradient_steps=10", "algo.log_every=10",
-           "algo.eval_every=10", "algo.eval_episodes=2", f"run_dir={td3_bc}", "video=false", "progress=false"])
+    train(["algo=td3_bc", f"dataset={dataset}", EP, "runner.gradient_steps=10", "runner.log_every=10",
+           "runner.eval_every=10", "runner.eval_episodes=2", f"run_dir={td3_bc}", "video=false", "progress=false"])
     with pytest.raises(CheckpointError, match="deterministic"):  # a TD3+BC actor cannot start SAC
         train(["env=cartpole-balance", "algo=wsrl", f"init={td3_bc}", "video=false", "progress=false"])

@@ -13,7 +13,7 @@ from robolearn.commands.cli import main
 from robolearn.config import EnvConfig
 from robolearn.data.formats import save_dataset
 
-SHORT = ["algo.log_every=20", "algo.eval_every=40", "algo.eval_episodes=8", "algo.batch_size=64", "video=false",
+SHORT = ["runner.log_every=20", "runner.eval_every=40", "runner.eval_episodes=8", "algo.batch_size=64", "video=false",
          "progress=false"]
 
 
@@ -35,7 +35,7 @@ def test_bc_learns_and_writes_the_online_outputs(dataset, tmp_path):
     as `robolearn train` runs by default)."""
     run = tmp_path / "bc"
     assert main(["train", "algo=bc", f"dataset={dataset}", "+env.overrides.episode_length=200", f"run_dir={run}",
-                 "algo.gradient_steps=400", *SHORT[:-1], "progress=true"]) == 0  # the default's progress bar too
+                 "runner.gradient_steps=400", *SHORT[:-1], "progress=true"]) == 0  # the default's progress bar too
     metrics = rows(run)
     assert [r["gradient_steps"] for r in metrics] == list(range(20, 420, 20))
     evals = [r for r in metrics if "eval/return" in r]
@@ -88,7 +88,7 @@ def test_gradient_steps_are_exact(dataset, tmp_path, capsys):
     logged iterations is refused rather than rounded up."""
     run = tmp_path / "short"
     assert main(["train", "algo=bc", f"dataset={dataset}", "+env.overrides.episode_length=200", f"run_dir={run}",
-                 "algo.gradient_steps=30", "algo.eval_episodes=2", "video=false", "progress=false"]) == 0
+                 "runner.gradient_steps=30", "runner.eval_episodes=2", "video=false", "progress=false"]) == 0
     assert [r["gradient_steps"] for r in rows(run)] == [30]
-    assert main(["train", "algo=bc", f"dataset={dataset}", "algo.gradient_steps=50", *SHORT]) == 2
-    assert "must be a multiple of algo.log_every (20)" in capsys.readouterr().err
+    assert main(["train", "algo=bc", f"dataset={dataset}", "runner.gradient_steps=50", *SHORT]) == 2
+    assert "must be a multiple of runner.log_every (20)" in capsys.readouterr().err

@@ -198,7 +198,7 @@ def test_serl_with_offline_data_samples_half_and_half(tmp_path):
              for _ in range(5)]  # fmt: skip  (obs[:, 2] = -7 marks the offline data)
     save_episodes(tmp_path / "demos", demos)
     server = FakeServer()
-    learner = Learner(server, learner_config(tmp_path / "run", "algo=serl", f"algo.offline_data={tmp_path / 'demos'}",
+    learner = Learner(server, learner_config(tmp_path / "run", "algo=serl", f"offline_data={tmp_path / 'demos'}",
                                              "algo.num_critics=2", "algo.utd_ratio=1"))  # fmt: skip
     assert learner.sac is not None and server.version == 1  # sized by the offline data, published at once
     assert learner.sac_cfg.offline_ratio == 0.5 and len(learner.off_policy.offline) == 100
@@ -213,7 +213,7 @@ def test_serl_with_offline_data_samples_half_and_half(tmp_path):
     assert offline.shape == (10, 16) and offline.sum(1).tolist() == [8] * 10  # 50/50, every batch
 
     with pytest.raises(ConfigError, match="offline data has 3 observations"):
-        Learner(FakeServer(), learner_config(tmp_path / "bad", f"algo.offline_data={tmp_path / 'demos'}",
+        Learner(FakeServer(), learner_config(tmp_path / "bad", f"offline_data={tmp_path / 'demos'}",
                                              "obs_dim=4", "num_actions=2"))  # fmt: skip
 
 
@@ -298,8 +298,10 @@ def test_learner_command_options(tmp_path, monkeypatch, capsys):
     assert "max_actors" in capsys.readouterr().err
 
     cfg = learner_config(tmp_path, "algo=serl", "algo.utd_ratio=4")
-    sac, run = sac_recipe(cfg.algo)
-    assert sac.utd_ratio == 4.0 and sac.offline_ratio == 0.5 and sac.num_critics == 10 and run.recipe == "serl"
+    sac = sac_recipe(cfg.algo)
+    assert sac.utd_ratio == 4.0 and sac.offline_ratio == 0.5 and sac.num_critics == 10 and cfg.algo["recipe"] == "serl"
+    assert main(["learner", "run_dir=x", "algo.offline_data=demos"]) == 2  # renamed: the message names offline_data=
+    assert "`offline_data`" in capsys.readouterr().err
     assert cfg.env == {"num_envs": 8}  # the preset's, unused
     assert dataclasses.asdict(LearnerConfig())["max_actors"] == 1
 

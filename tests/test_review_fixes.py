@@ -211,7 +211,7 @@ def test_td3_actor_gradient_comes_from_the_first_critic_only():
 
 def test_actor_q_options_and_the_td3_preset():
     algo = compose("train", ["algo=td3"])["algo"]
-    assert algo["actor_q"] == "first" and algo_config(algo)[0].actor_q == "first"
+    assert algo["actor_q"] == "first" and algo_config(algo).actor_q == "first"
     SACConfig(actor_q="first").validate()  # one list of options for SAC and TD3
     with pytest.raises(ConfigError, match="'first'"):
         TD3Config(actor_q="q1").validate()

@@ -93,7 +93,7 @@ def test_presets_resolve_to_their_recipes():
         "wsrl": dict(subset_replace=True, actor_q="min", actor_layer_norm=True, backup_entropy=False,
                      target_entropy_scale=1.0, utd_ratio=4.0, offline_ratio=0.0, random_warmup=False),
     }
-    assert algo_config(compose("train", ["algo=rlpd", "algo.compile=true"])["algo"])[0].compile
+    assert algo_config(compose("train", ["algo=rlpd", "algo.compile=true"])["algo"]).compile
     for recipe, fields in want.items():
         algo = compose("train", [f"algo={recipe}"])["algo"]
         assert algo["recipe"] == recipe and algo["name"] == "sac"
@@ -106,15 +106,15 @@ def test_actor_updates_once_per_transition_whatever_the_utd():
     for recipe in ("rlpd", "redq", "serl", "wsrl"):
         for utd in (1, 4, 20):
             algo = compose("train", [f"algo={recipe}", f"algo.utd_ratio={utd}"])["algo"]
-            learner = SAC(3, 3, 1, algo_config(algo)[0])
+            learner = SAC(3, 3, 1, algo_config(algo))
             assert learner.actor_period == utd, (recipe, utd)
     assert SAC(3, 3, 1, SACConfig(utd_ratio=4.0, actor_every=2)).actor_period == 2
 
 
 def test_cli_train_sac_then_eval(tmp_path):
     run = train(["env=pendulum-swingup", "algo=sac", f"run_dir={tmp_path / 'run'}", "progress=false", "video=false",
-                 "algo.env_steps=400", "algo.learning_starts=200", "algo.batch_size=32", "env.num_envs=2",
-                 "algo.actor_hidden=[16]", "algo.critic_hidden=[16]", "algo.steps_per_iteration=50",
+                 "runner.env_steps=400", "algo.learning_starts=200", "algo.batch_size=32", "env.num_envs=2",
+                 "algo.actor_hidden=[16]", "algo.critic_hidden=[16]", "runner.steps_per_iteration=50",
                  "+env.overrides.episode_length=50"])
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["env_steps"] == 400 and rows[-1]["updates"] == 200
@@ -129,8 +129,8 @@ def test_cli_train_sac_then_eval(tmp_path):
 
 def test_td3_trains_from_the_cli(tmp_path):
     run = train(["env=pendulum-swingup", "algo=td3", f"run_dir={tmp_path / 'run'}", "progress=false", "video=false",
-                 "algo.env_steps=300", "algo.learning_starts=100", "algo.batch_size=32", "env.num_envs=2",
-                 "algo.actor_hidden=[16]", "algo.critic_hidden=[16]", "algo.steps_per_iteration=50",
+                 "runner.env_steps=300", "algo.learning_starts=100", "algo.batch_size=32", "env.num_envs=2",
+                 "algo.actor_hidden=[16]", "algo.critic_hidden=[16]", "runner.steps_per_iteration=50",
                  "+env.overrides.episode_length=50"])
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["updates"] == 200 and "actor_loss" in rows[-1]
@@ -141,7 +141,7 @@ def test_td3_trains_from_the_cli(tmp_path):
 
 
 def test_offline_data_from_an_episode_folder(tmp_path, capsys):
-    """`algo.offline_data` loads a robolearn episode folder (any dataset format) into the offline buffer; a size
+    """`runner.offline_data` loads a robolearn episode folder (any dataset format) into the offline buffer; a size
     mismatch is an error."""
     import numpy as np
 
@@ -152,15 +152,15 @@ def test_offline_data_from_an_episode_folder(tmp_path, capsys):
                         rewards=rng.uniform(size=50), terminations=np.zeros(50, bool),
                         truncations=np.eye(50, dtype=bool)[-1]) for _ in range(2)]
     save_episodes(tmp_path / "data", episodes)
-    common = ["env=pendulum-swingup", "progress=false", "video=false", "algo.env_steps=200",
+    common = ["env=pendulum-swingup", "progress=false", "video=false", "runner.env_steps=200",
               "algo.learning_starts=100", "algo.batch_size=32", "env.num_envs=2", "algo.actor_hidden=[16]",
-              "algo.critic_hidden=[16]", "algo.num_critics=3", "algo.steps_per_iteration=50", "algo.utd_ratio=1",
+              "algo.critic_hidden=[16]", "algo.num_critics=3", "runner.steps_per_iteration=50", "algo.utd_ratio=1",
               "+env.overrides.episode_length=50"]
-    run = train(["algo=rlpd", f"run_dir={tmp_path / 'run'}", f"algo.offline_data={tmp_path / 'data'}", *common])
+    run = train(["algo=rlpd", f"run_dir={tmp_path / 'run'}", f"runner.offline_data={tmp_path / 'data'}", *common])
     assert "offline data: 100 transitions from 2 episodes" in capsys.readouterr().out
     assert json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["updates"] == 100
     wide = Episode(observations=np.zeros((3, 5)), actions=np.zeros((2, 1)), rewards=np.zeros(2),
                    terminations=np.zeros(2, bool), truncations=np.array([False, True]))
     save_episodes(tmp_path / "wide", [wide])
     with pytest.raises(Exception, match=r"policy observations of shape \(5,\); the env has \(3,\)"):
-        train(["algo=rlpd", f"run_dir={tmp_path / 'bad'}", f"algo.offline_data={tmp_path / 'wide'}", *common])
+        train(["algo=rlpd", f"run_dir={tmp_path / 'bad'}", f"runner.offline_data={tmp_path / 'wide'}", *common])

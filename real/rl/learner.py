@@ -1,6 +1,6 @@
 """The learner process of real-world RL: off-policy training on the transitions robots send, parameters back.
 
-    ROBOLEARN_TOKEN=... robolearn learner run_dir=runs/car algo=serl algo.offline_data=demos host=0.0.0.0
+    ROBOLEARN_TOKEN=... robolearn learner run_dir=runs/car algo=serl offline_data=demos host=0.0.0.0
 
 `Learner` is robolearn's off-policy learner (`robolearn.runners.off_policy.OffPolicyLearner`: the update
 schedule, `sample_mixed` with the offline data at ``algo.offline_ratio``, checkpoints) fed by a `LearnerServer`
@@ -34,7 +34,7 @@ from real.rl.codec import PayloadError
 from real.rl.link import LearnerServer, TransitionBatch, read_token
 from robolearn.algos.online.sac import SAC, SACConfig
 from robolearn.checkpoints import checkpoint
-from robolearn.config import OffPolicyRunConfig, algo_config
+from robolearn.config import algo_config
 from robolearn.core.buffers import ReplayBuffer
 from robolearn.errors import CheckpointError, ConfigError
 from robolearn.runners.off_policy import Means, OffPolicyLearner
@@ -62,7 +62,8 @@ class LearnerConfig:
     num_actions: int | None = None  # (otherwise the sizes come from the offline data, checkpoint or first batch)
     max_actors: int = 1             # robots sending at once: one replay lane each, algo.buffer_size split evenly
     max_updates_per_step: int = 64  # critic updates between intakes of data, so intake and publication stay timely
-    algo: Any = None                # the algo group: a SAC recipe; algo.offline_data mixes in demos at offline_ratio
+    offline_data: str | None = None  # robot episodes (a robolearn episode folder) mixed in at algo.offline_ratio
+    algo: Any = None                # the algo group: a SAC recipe
     env: dict[str, Any] = dataclasses.field(default_factory=dict)  # unused: the algo presets' env.num_envs (sim)
 
     def read_token(self) -> str:
@@ -70,8 +71,8 @@ class LearnerConfig:
         return read_token(self.token_file)
 
 
-def sac_recipe(algo: Mapping[str, Any] | None) -> tuple[SACConfig, OffPolicyRunConfig]:
-    """The SAC settings and the off-policy run settings (``offline_data``) of a composed ``algo`` group."""
+def sac_recipe(algo: Mapping[str, Any] | None) -> SACConfig:
+    """The SAC settings of a composed ``algo`` group."""
     algo = dict(algo or {"name": "sac"})
     if algo.get("name") != "sac":
         raise ConfigError(f"the real-world learner runs SAC recipes (algo=sac|redq|rlpd|serl|wsrl), "
@@ -222,7 +223,7 @@ class Learner:
         if bool(cfg.obs_dim) != bool(cfg.num_actions):
             raise ConfigError("give obs_dim= and num_actions= together (or neither: the sizes come from the data)")
         self.server, self.cfg, self.run_dir = server, cfg, Path(cfg.run_dir)
-        self.sac_cfg, run_cfg = sac_recipe(cfg.algo)
+        self.sac_cfg = sac_recipe(cfg.algo)
         self.generator = torch.Generator(device=cfg.device).manual_seed(cfg.seed)
         self.off_policy: OffPolicyLearner | None = None  # built once the observation and action sizes are known
         self.transitions = 0  # received and stored in total (across restarts)
@@ -230,10 +231,10 @@ class Learner:
         self._published_updates = -1  # updates at the last publication (nothing new: no new version)
         self._offline_episodes = None
         sizes = (cfg.obs_dim, cfg.num_actions) if cfg.obs_dim and cfg.num_actions else None
-        if run_cfg.offline_data:
+        if cfg.offline_data:
             from robolearn.data.episodes import load_episodes
 
-            self._offline_episodes, _ = load_episodes(run_cfg.offline_data)
+            self._offline_episodes, _ = load_episodes(cfg.offline_data)
             first = self._offline_episodes[0]
             sizes = sizes or (first.observations.shape[1], first.actions.shape[1])
         if (self.run_dir / CHECKPOINT).is_dir():
@@ -265,10 +266,10 @@ class Learner:
         log.info("SAC built for %d observations, %d actions", obs_dim, num_actions)
 
     def _offline_buffer(self, obs_dim: int, num_actions: int) -> ReplayBuffer | None:
-        """The offline episodes (``algo.offline_data``) as a replay buffer, mixed in at ``algo.offline_ratio``."""
+        """The offline episodes (``offline_data``) as a replay buffer, mixed in at ``algo.offline_ratio``."""
         if self._offline_episodes is None:
             if self.sac_cfg.offline_ratio > 0:
-                log.warning("offline_ratio %s but no algo.offline_data: every batch is online",
+                log.warning("offline_ratio %s but no offline_data: every batch is online",
                             self.sac_cfg.offline_ratio)
             return None
         from robolearn.data.episodes import to_replay_buffer
@@ -384,7 +385,7 @@ def cmd_learner(cfg: LearnerConfig) -> int:
     token = cfg.read_token()
     if not cfg.run_dir:
         raise ConfigError("learner needs run_dir=<dir>")
-    sac_cfg, _ = sac_recipe(cfg.algo)
+    sac_cfg = sac_recipe(cfg.algo)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

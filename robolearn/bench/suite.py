@@ -2,7 +2,7 @@
 rliable report.
 
     robolearn bench suite=smoke                           # configs/bench/smoke.yaml -> bench/smoke/
-    robolearn bench suite=my_suite.yaml out=bench/mine workers=4 overrides='["algo.env_steps=5000"]'
+    robolearn bench suite=my_suite.yaml out=bench/mine workers=4 overrides='["runner.env_steps=5000"]'
     robolearn bench suite=smoke backend=ray ray_address=auto   # cells as Ray tasks on a running cluster
     robolearn bench report out=bench/smoke                # the report again, from the cell results
 
@@ -13,9 +13,9 @@ A suite (`configs/bench/<name>.yaml`, or any YAML file) lists `algos` and `datas
       - {name: sac, overrides: [algo=sac]}
       - {name: rlpd, overrides: [algo=rlpd]}
     datasets:
-      - {name: cheetah-run-medium, overrides: [env=cheetah-run, algo.offline_data=data/cheetah-run-medium-v0]}
+      - {name: cheetah-run-medium, overrides: [env=cheetah-run, runner.offline_data=data/cheetah-run-medium-v0]}
     seeds: [0, 1, 2, 3, 4]
-    overrides: [algo.env_steps=100000]
+    overrides: [runner.env_steps=100000]
 
 A suite with `command: finetune` runs `robolearn finetune` per cell instead (offline-to-online: the entries are its
 overrides, the score comes from the online phase and the report adds the O2O metrics of `o2o.json`).
@@ -222,13 +222,20 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     with _output_to(cell.log):
         try:
             if cell.command == "finetune":
-                from robolearn.runners.o2o import finetune
+                from robolearn.runners.o2o import finetune, load_config
 
-                finetune(cell.train_args())
+                cfg = load_config(cell.overrides)
+                cfg.run_dir = cell.run_dir
+                finetune(cfg)
             else:
-                from robolearn.runners.train import train
+                from robolearn.runners.train import load_train_config, resume_config, run_training
 
-                train([f"resume={cell.run_dir}"] if resume else cell.train_args())
+                if resume:
+                    run_training(resume_config(cell.run_dir))
+                else:
+                    run = load_train_config(cell.overrides)
+                    run["run_dir"] = cell.run_dir
+                    run_training(run)
         except Exception:
             error = traceback.format_exc()
             print(error, file=sys.stderr)
@@ -279,13 +286,12 @@ def read_score(run_dir: str | Path) -> dict[str, Any]:
             raise ConfigError(f"{metrics} has neither {EVAL_KEY} nor a mean_return (no finished episode)")
         if task is None:
             raise ConfigError(f"{config} names no task (env.name) to normalise mean_return with")
-        from sim.tasks import spec
+        from robolearn.eval.scores import normalized_score, task_reference
 
-        ref = spec(task)
-        span = ref.reference_return - ref.random_return
-        if span == 0:
-            raise ConfigError(f"task {task} has no reference return to normalise mean_return with")
-        curve = [(_step(r), 100.0 * (float(r["mean_return"]) - ref.random_return) / span) for r in returns]
+        reference = task_reference(task)
+        if reference is None:
+            raise ConfigError(f"task {task} is unknown or has no reference return to normalise mean_return with")
+        curve = [(_step(r), normalized_score(float(r["mean_return"]), *reference)) for r in returns]
         source = "mean_return"
     return {"score": curve[-1][1], "curve": [list(p) for p in curve], "source": source, "task": task}
 

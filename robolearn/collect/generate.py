@@ -289,7 +289,7 @@ def collect(cfg: CollectConfig) -> Dataset:
     pixels = cfg.pixels
     env = make_env(env_cfg, cfg.seed, pixels={"camera": pixels.camera, "width": pixels.width, "height": pixels.height,
                                               "effects": pixels.effects} if pixels.enabled else None)
-    env_cfg["policy_dt"] = float(env.task.cfg.ctrl_dt * env.task.cfg.action_repeat)  # as train records it
+    env_cfg["policy_dt"] = float(env.task.cfg.policy_dt)  # as train records it
     began = time.perf_counter()
     try:
         if cfg.kind == "random":

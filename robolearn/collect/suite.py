@@ -51,7 +51,7 @@ class TrainSpec:
     eval_episodes: int = 10
     medium_score: float = 33.0      # normalised score the medium checkpoint must reach (D4RL: about 1/3 expert)
     prior_data: str | None = None   # a kind of the same task (e.g. expert) whose dataset is mixed into the
-    #                                 training batches (`algo.offline_data`; RLPD / SERL style, for tasks SAC alone
+    #                                 training batches (`runner.offline_data`; RLPD / SERL style, for tasks SAC alone
     #                                 does not learn in the budget); it is generated before the training run
 
 
@@ -161,7 +161,8 @@ def train_behaviour(t: TaskSuite, run_dir: Path, seed: int, record: dict[str, An
     """Train `t`'s behaviour run in chunks; returns the medium and final checkpoint folders (see the module doc).
     With `train.prior_data`, that kind's dataset (in `out`, made first) is mixed into the training batches."""
     from robolearn.eval.evaluate import evaluate
-    from robolearn.runners.train import train
+    from robolearn.eval.scores import normalized_score
+    from robolearn.runners.train import load_train_config, resume_config, run_training
 
     spec = t.train
     assert spec is not None
@@ -175,17 +176,19 @@ def train_behaviour(t: TaskSuite, run_dir: Path, seed: int, record: dict[str, An
         began = time.perf_counter()
         k = min(state["iterations"] + spec.chunk, spec.iterations)
         if (run_dir / "config.yaml").is_file() and (run_dir / "checkpoints" / "latest").exists():
-            train([f"resume={run_dir}", f"iterations={k}"])
+            run_training(resume_config(run_dir, iterations=k))
         else:
             if run_dir.exists():
                 shutil.rmtree(run_dir)  # a first chunk that never checkpointed
-            prior_path = out / f"{t.task}-{spec.prior_data}-v0"
-            prior = [f"algo.offline_data={prior_path}"] if spec.prior_data else []
-            train([*spec.overrides, *prior, f"env={t.task}", f"seed={seed}", f"run_dir={run_dir}", f"iterations={k}",
-                   "video=false", f"progress={str(progress).lower()}", f"checkpoint_interval={spec.chunk}"])
+            cfg = load_train_config([*spec.overrides, f"env={t.task}"])
+            if spec.prior_data:
+                cfg["runner"]["offline_data"] = str(out / f"{t.task}-{spec.prior_data}-v0")
+            cfg.update(seed=seed, run_dir=str(run_dir), iterations=k, video=False, progress=progress,
+                       checkpoint_interval=spec.chunk)
+            run_training(cfg)
         final = run_dir / "checkpoints" / "final"
-        score = 100 * (evaluate(final, spec.eval_episodes, mode="sample") - random_return) / (
-            reference_return - random_return)  # sampled, as `collect` plays the medium policy
+        score = normalized_score(evaluate(final, spec.eval_episodes, mode="sample"), random_return,
+                                 reference_return)  # sampled, as `collect` plays the medium policy
         state["evaluations"].append([k, round(score, 2)])
         if not medium.exists() and score >= spec.medium_score:
             shutil.copytree(final, medium)

@@ -13,7 +13,8 @@ names it.
 - `env.py`: the VecEnv a composed `env` config names, and a checkpoint's control rate.
 
     cfg = compose("train", ["env=pendulum-swingup", "algo=sac", "algo.batch_size=128"])
-    algo_cfg, run_cfg = algo_config(cfg["algo"])       # SACConfig, OffPolicyRunConfig
+    algo_cfg = algo_config(cfg["algo"])                 # SACConfig
+    run_cfg = runner_config(cfg, online=True)          # OffPolicyRunConfig (runner.*)
     env = make_env(cfg["env"], seed=cfg["seed"])
 """
 
@@ -22,11 +23,14 @@ from robolearn.config.env import control_rate, make_env
 from robolearn.config.schemas import (
     ALGORITHMS,
     EnvConfig,
-    OffPolicyRunConfig,
+    RunnerConfig,
     TrainConfig,
     algo_config,
+    migrate_run_config,
     online_config,
+    runner_config,
 )
 
-__all__ = ["config_dir", "compose", "help_text", "parse_overrides", "EnvConfig", "TrainConfig", "OffPolicyRunConfig",
-           "ALGORITHMS", "algo_config", "online_config", "make_env", "control_rate"]
+__all__ = ["config_dir", "compose", "help_text", "parse_overrides", "EnvConfig", "RunnerConfig", "TrainConfig",
+           "ALGORITHMS", "algo_config", "runner_config", "online_config", "migrate_run_config", "make_env",
+           "control_rate"]

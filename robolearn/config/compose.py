@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from robolearn.config.schemas import ALGORITHMS, TrainConfig
+from robolearn.config.schemas import ALGORITHMS, RunnerConfig, TrainConfig
 from robolearn.errors import ConfigError
 
 
@@ -27,7 +27,7 @@ def _register(command: str, schema: type | None) -> None:
     store = ConfigStore.instance()
     if schema is not None:
         store.store(name=f"{command}_schema", node=schema)
-    for name, (algo_schema, _, _) in ALGORITHMS.items():  # any command may compose the algo presets (learner)
+    for name, (algo_schema, _) in ALGORITHMS.items():  # any command may compose the algo presets (learner)
         store.store(group="algo", name=f"{name}_schema", node=algo_schema)
 
 
@@ -51,6 +51,23 @@ def _quoted(arg: str) -> str:
     return f"{key}='" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+#: Options renamed or moved, per command: old key -> new key. An override of an old key is refused with its new name.
+RENAMED: dict[str, dict[str, str]] = {
+    "train": {f"algo.{k}": f"runner.{k}" for k in RunnerConfig.fields()},  # the runner's settings left algo.*
+    "learner": {"algo.offline_data": "offline_data"},
+    "chunk_bc": {"data": "dataset"},  # one name per concept: `dataset=` as train and finetune
+}
+
+
+def _refuse_renamed(command: str, overrides: Sequence[str]) -> None:
+    renamed = RENAMED.get(command, {})
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+~")
+        if key in renamed:
+            raise ConfigError(f"`{key}` is now `{renamed[key]}` in robolearn {command.replace('_', '-')}: write "
+                              f"{renamed[key]}={o.split('=', 1)[1] if '=' in o else '...'}")
+
+
 def compose(command: str, overrides: Sequence[str] = (), schema: type | None = None) -> dict[str, Any]:
     """`configs/<command>.yaml` over its `schema` with `key=value` overrides, resolved into a plain dict.
 
@@ -65,6 +82,7 @@ def compose(command: str, overrides: Sequence[str] = (), schema: type | None = N
 
     if command == "train" and schema is None:
         schema = TrainConfig
+    _refuse_renamed(command, overrides)
     _register(command, schema)
     if not (config_dir() / f"{command}.yaml").is_file():
         raise ConfigError(f"no configs/{command}.yaml in {config_dir()}")

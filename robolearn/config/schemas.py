@@ -1,5 +1,6 @@
-"""The schemas of `robolearn train` (`TrainConfig`, `EnvConfig`) and the algorithm table `ALGORITHMS`:
-algo.name -> (its schema in the `algo` config group, the algorithm's config class, the runner's config class).
+"""The schemas of `robolearn train` (`TrainConfig`: the run, `EnvConfig`: the task, `RunnerConfig`: the runner's
+settings) and the algorithm table `ALGORITHMS`: algo.name -> (its schema in the `algo` config group, its config
+class), built from the algorithm registry (`robolearn.algos.base`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from robolearn.errors import ConfigError
 from robolearn.runners.off_policy import OffPolicyRunConfig
 from robolearn.runners.offline import OfflineRunConfig
 
-__all__ = ["EnvConfig", "TrainConfig", "OffPolicyRunConfig", "ALGORITHMS", "algo_config", "online_config"]
+__all__ = ["EnvConfig", "RunnerConfig", "TrainConfig", "ALGORITHMS", "algo_config", "runner_config", "online_config",
+           "migrate_run_config"]
 
 
 @dataclasses.dataclass
@@ -28,12 +30,35 @@ class EnvConfig:
 
 
 @dataclasses.dataclass
+class RunnerConfig:
+    """The runner's settings (`runner.*`): how long a run trains, how often it logs and evaluates, what data it mixes
+    in. The off-policy runner (online) and the offline runner (`dataset=`) each read their fields; PPO's runner reads
+    none (its length is `iterations`)."""
+
+    env_steps: int = 200_000        # online: training length in env steps; `iterations` is derived from it
+    steps_per_iteration: int = 50   # online: vec-env steps per logged iteration
+    offline_data: str | None = None  # online: a dataset (any format) mixed into every batch at algo.offline_ratio
+    gradient_steps: int = 1_000_000  # offline: training length (CORL: 1M); `iterations` = gradient_steps / log_every
+    log_every: int = 1000           # offline: gradient steps per logged iteration
+    eval_every: int | None = None   # env steps (online) or gradient steps (offline) between evaluations; null: 5000
+    #                                 for the offline algorithms (CORL's eval_freq), 0 (none) for the online ones
+    eval_episodes: int = 10         # episodes per evaluation, one per env of a separate evaluation VecEnv (CORL: 10)
+    eval_reference: list[float] | None = None  # online: [random, reference] returns that normalise the evaluations'
+    #                                            score (a dataset's, for its episode length); null: the task's
+
+    @staticmethod
+    def fields() -> tuple[str, ...]:
+        """Its field names (they sat in `algo.*` before; `algo.env_steps=...` is refused with their new place)."""
+        return tuple(f.name for f in dataclasses.fields(RunnerConfig))
+
+
+@dataclasses.dataclass
 class TrainConfig:
     """`robolearn train`: the run (the task and algorithm come from the `env` and `algo` groups)."""
 
     seed: int = 0
     device: str = "cpu"             # the learner's torch device; the simulator picks its own (env.backend)
-    iterations: int | None = None   # null: env.iterations (PPO), or from algo.env_steps (off-policy)
+    iterations: int | None = None   # null: env.iterations (PPO), or from runner.env_steps / runner.gradient_steps
     checkpoint_interval: int = 25
     run_dir: str | None = None      # null: runs/<task>-<algo>-<time>
     resume: str | None = None       # a run directory to continue (its config.yaml; `iterations` may grow)
@@ -45,22 +70,15 @@ class TrainConfig:
     #                                 learner starts from, its network sizes taken over (`robolearn finetune`)
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
     algo: Any = None                # filled by the algo group: one of ALGORITHMS' schemas
+    runner: RunnerConfig = dataclasses.field(default_factory=lambda: RunnerConfig())
 
 
 def _schema(algo: AlgoSpec) -> type:
-    """The `algo` config group's schema of a registered algorithm: its runner's fields and its own, plus `name` and
-    `recipe` (a preset's label). An offline algorithm that can continue online (`AlgoSpec.online`) also has the
-    off-policy runner's fields and the replay settings, for when it learns online (no `dataset=`: `online_config`);
-    the evaluation fields are shared: gradient steps offline, env steps online."""
-    fields = [("name", str, algo.name)]
-    if algo.runner == "on_policy":
-        bases: tuple[type, ...] = (algo.config,)
-    elif algo.runner == "off_policy":
-        bases, fields = (OffPolicyRunConfig, algo.config), [*fields, ("recipe", str, algo.name)]
-    else:
-        bases = (OfflineRunConfig, OffPolicyRunConfig, ReplayConfig, algo.config) if algo.online else (
-            OfflineRunConfig, algo.config)
-        fields = [*fields, ("recipe", str, algo.name)]
+    """The `algo` config group's schema of a registered algorithm: its config's fields plus `name` and `recipe` (a
+    preset's label). An offline algorithm that can continue online (`AlgoSpec.online`) also has the replay settings,
+    for when it learns online (no `dataset=`: `online_config`)."""
+    fields = [("name", str, algo.name)] + ([] if algo.runner == "on_policy" else [("recipe", str, algo.name)])
+    bases = (ReplayConfig, algo.config) if algo.runner == "offline" and algo.online else (algo.config,)
     return dataclasses.make_dataclass(f"{algo.config.__name__[:-6]}Schema", fields, bases=bases)
 
 
@@ -77,34 +95,52 @@ def online_config(algo_config: type) -> type:
     return _ONLINE_CONFIGS[algo_config]
 
 
-_RUNNER_CONFIGS: dict[str, type | None] = {"on_policy": None, "off_policy": OffPolicyRunConfig,
-                                           "offline": OfflineRunConfig}
-
-#: algo.name -> (its schema in the `algo` group, the algorithm's config class, the runner's config class or None),
-#: for every algorithm in the registry (`robolearn.algos.base`).
-ALGORITHMS: dict[str, tuple[type, type, type | None]] = {
-    name: (_schema(algo), algo.config, _RUNNER_CONFIGS[algo.runner]) for name, algo in registry().items()}
+#: algo.name -> (its schema in the `algo` group, the algorithm's config class), for every algorithm in the registry
+#: (`robolearn.algos.base`).
+ALGORITHMS: dict[str, tuple[type, type]] = {name: (_schema(algo), algo.config) for name, algo in registry().items()}
 
 
-def algo_config(algo: dict[str, Any], online: bool = False) -> tuple[Any, Any]:
-    """The algorithm's config (PPOConfig / SACConfig / TD3Config ...) and its runner's (or None) from `cfg["algo"]`.
+def algo_config(algo: dict[str, Any], online: bool = False) -> Any:
+    """The algorithm's config (PPOConfig / SACConfig / IQLConfig ...) from a composed `cfg["algo"]`.
 
-    `online`: an offline algorithm's online configs (`online_config`, `OffPolicyRunConfig`); ignored by the online
-    algorithms."""
+    `online`: an offline algorithm's online config (`online_config`: its own fields and the replay settings);
+    ignored by the online algorithms."""
     name = algo.get("name")
     found = spec(name)
-    schema, algo_class, run_class = ALGORITHMS[name]
-    if online and run_class is OfflineRunConfig:
+    schema, algo_class = ALGORITHMS[name]
+    if online and found.runner == "offline":
         if not found.online:
             raise ConfigError(f"algo={name} learns from a dataset only: pass dataset=<path or name>")
-        algo_class, run_class = online_config(algo_class), OffPolicyRunConfig
+        algo_class = online_config(algo_class)
     algo_fields = {f.name for f in dataclasses.fields(algo_class)}
-    run_fields = {f.name for f in dataclasses.fields(run_class)} if run_class else set()
-    unknown = set(algo) - {f.name for f in dataclasses.fields(schema)} - algo_fields - run_fields - {"name"}
+    moved = sorted(set(algo) & set(RunnerConfig.fields()))
+    if moved:  # a config from before runner.* that `migrate_run_config` did not see
+        raise ConfigError(f"algo.{moved[0]} is a runner setting now: runner.{moved[0]}")
+    unknown = set(algo) - {f.name for f in dataclasses.fields(schema)} - algo_fields
     if unknown:
-        raise ConfigError(f"unknown {name} settings {sorted(unknown)}; valid: {sorted(algo_fields | run_fields)}")
+        raise ConfigError(f"unknown {name} settings {sorted(unknown)}; valid: {sorted(algo_fields)}")
+    built = algo_class(**{k: tuple(v) if isinstance(v, list) else v for k, v in algo.items() if k in algo_fields})
+    if online and hasattr(built, "check_online"):  # settings an algorithm cannot learn online with
+        built.check_online()
+    return built
 
-    def build(cls: type, keys: set[str]) -> Any:
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in algo.items() if k in keys})
 
-    return build(algo_class, algo_fields), (build(run_class, run_fields) if run_class else None)
+def runner_config(cfg: dict[str, Any], online: bool) -> OffPolicyRunConfig | OfflineRunConfig | None:
+    """The runner's settings of a composed train config: the off-policy runner's when it learns online, the offline
+    runner's with a dataset, None for the on-policy runner (PPO)."""
+    algo = spec(cfg["algo"]["name"])
+    if algo.runner == "on_policy":
+        return None
+    runner = {k: tuple(v) if isinstance(v, list) else v for k, v in (cfg.get("runner") or {}).items()}
+    if runner.get("eval_every") is None:
+        runner["eval_every"] = 5000 if algo.runner == "offline" else 0
+    run_class = OffPolicyRunConfig if online else OfflineRunConfig
+    keys = {f.name for f in dataclasses.fields(run_class)}
+    return run_class(**{k: v for k, v in runner.items() if k in keys})
+
+
+def migrate_run_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A run's saved config from before `runner.*` (its runner settings inside `algo`) in today's layout."""
+    if "runner" not in cfg and isinstance(cfg.get("algo"), dict):
+        cfg["runner"] = {k: cfg["algo"].pop(k) for k in RunnerConfig.fields() if k in cfg["algo"]}
+    return cfg

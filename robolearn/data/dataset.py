@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from robolearn.errors import DatasetError
+from robolearn.eval.scores import dataset_reference, normalized_score
 
 FORMAT = "robolearn-dataset"
 FORMAT_VERSION = 1
@@ -180,12 +181,13 @@ class Dataset:
         return np.add.reduceat(self.rewards.astype(np.float64), self.step_starts[:-1])
 
     def normalized_score(self, returns: float | np.ndarray) -> float | np.ndarray:
-        """100 * (return - ref_min) / (ref_max - ref_min) with the metadata's D4RL / Minari reference scores."""
-        lo, hi = self.metadata.get("ref_min_score"), self.metadata.get("ref_max_score")
-        if lo is None or hi is None or hi == lo:
+        """100 * (return - ref_min) / (ref_max - ref_min) with the metadata's D4RL / Minari reference scores
+        (`robolearn.eval.scores`), in float64."""
+        reference = dataset_reference(self.metadata)
+        if reference is None:
             raise DatasetError(f"{self.source} has no ref_min_score / ref_max_score in its metadata: the task's "
                                "random and expert returns are unknown, so scores cannot be normalised")
-        return 100.0 * (np.asarray(returns, dtype=np.float64) - lo) / (hi - lo)
+        return normalized_score(np.asarray(returns, dtype=np.float64), *reference)
 
     # --- transitions --------------------------------------------------------------------------------------
 

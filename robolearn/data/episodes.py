@@ -4,7 +4,7 @@ This is robolearn's in-memory episode format (T+1 observations, T actions/reward
 truncation flags per step) written without pickle, so a dataset is readable by any safetensors tool.
 numpy, safetensors and json only (torch only in `to_replay_buffer`): `real/` writes it from robot
 bags (`robolearn bag2dataset`), and the off-policy trainer reads it as offline data
-(`algo.offline_data=<folder>`).
+(`runner.offline_data=<folder>`).
 
 Episode file tensors::
 

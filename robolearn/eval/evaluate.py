@@ -5,30 +5,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from robolearn.checkpoints.policy import Mode, load_policy
 from robolearn.config import make_env
+from robolearn.eval.episodes import run_episodes
 
 
-@torch.no_grad()
 def evaluate(path: str | Path, episodes: int = 10, seed: int = 1000, mode: Mode = "deterministic",
              device: str = "auto") -> float:
-    """Mean undiscounted return of the checkpoint's policy over `episodes` full episodes (one per env)."""
+    """Mean undiscounted return of the checkpoint's policy over `episodes` full episodes (one per env of an env
+    made with `seed`, played from its first observations: `robolearn.eval.episodes.run_episodes`)."""
     policy = load_policy(path, mode=mode, seed=seed)
     env = make_env(policy.run["env"], seed, num_envs=episodes, device=device)
     policy.to(env.device)
-    total = torch.zeros(episodes, dtype=torch.float64, device=env.device)
-    finished = torch.zeros(episodes, dtype=torch.bool, device=env.device)
-    obs = env.get_observations()
     try:
-        while not bool(finished.all()):
-            obs, rewards, dones, _ = env.step(policy(obs))
-            total += rewards.double() * (~finished)
-            finished |= dones.bool()
+        returns = run_episodes(env, policy).returns
     finally:
         env.close()
-    return float(total.mean())
+    return float(returns.mean())
 
 
 def render_checkpoint(path: str | Path, out: str | Path, seed: int = 0, num_steps: int | None = None) -> Path:

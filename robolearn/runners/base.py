@@ -17,6 +17,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from robolearn.eval.episodes import run_episodes
+from robolearn.eval.scores import normalized_score
+from robolearn.eval.scores import task_reference as task_reference  # noqa: F401  (runners/train.py, o2o.py)
+
 RETURN_WINDOW = 100  # finished episodes averaged into `mean_return`
 
 
@@ -120,50 +124,30 @@ class RunnerBase:
         self.iteration, self.env_steps, self.wall_s = meta["iteration"], meta["env_steps"], meta["wall_s"]
 
 
-@torch.no_grad()
 def evaluate_policy(env: Any, algo: Any, seed: int, reference: tuple[float, float] | None,
                     deterministic: bool = True) -> dict[str, float]:
     """Mean return of `algo`'s deterministic policy (sampled with `deterministic=False`, from a generator seeded
     with `seed`) over one whole episode per env of `env`, re-seeded with `seed` first (callers derive it from their
-    step counter, so a resumed run evaluates on the same starts), and the normalised score 100 * (R - random) /
-    (reference - random) when `reference` = (random, reference) is known."""
+    step counter, so a resumed run evaluates on the same starts): `robolearn.eval.episodes.run_episodes`. With
+    `reference` = (random, reference) returns, also the normalised score (`robolearn.eval.scores`)."""
     start = time.perf_counter()
-    env.reset(seed=seed)
-    obs = env.get_observations()
-    n = env.num_envs
-    total = torch.zeros(n, dtype=torch.float64)
-    running = torch.ones(n, dtype=torch.bool)
-    successes, finished = 0.0, 0
-    generator = None if deterministic else torch.Generator().manual_seed(seed)
-    while bool(running.any()):
-        act = algo.act(obs, deterministic=True) if deterministic else algo.act(obs, False, generator)
-        obs, rewards, dones, extras = env.step(act.to(env.device))
-        total += rewards.double().cpu() * running
-        ended = running & dones.bool().cpu()
-        rate = float(extras.get("log", {}).get("episode/success", float("nan")))  # mean over episodes ending now
-        if rate == rate and bool(ended.any()):
-            successes, finished = successes + rate * int(ended.sum()), finished + int(ended.sum())
-        running &= ~ended
-    out = {"eval/return": float(total.mean()), "eval/return_std": float(total.std()) if n > 1 else 0.0,
+    if deterministic:
+        def act(obs: Any) -> torch.Tensor:
+            return algo.act(obs, deterministic=True).to(env.device)
+    else:
+        generator = torch.Generator().manual_seed(seed)
+
+        def act(obs: Any) -> torch.Tensor:
+            return algo.act(obs, False, generator).to(env.device)
+    episodes = run_episodes(env, act, seed)
+    total = episodes.returns.cpu()
+    out = {"eval/return": float(total.mean()), "eval/return_std": float(total.std()) if env.num_envs > 1 else 0.0,
            "eval/seconds": time.perf_counter() - start}
-    if finished:  # tasks with a success metric (arm, mazes): the fraction of evaluation episodes that succeeded
-        out["eval/success"] = successes / finished
+    if episodes.success is not None:  # tasks with a success metric (arm, mazes): the fraction that succeeded
+        out["eval/success"] = episodes.success
     if reference is not None:
-        lo, hi = reference
-        out["eval/normalized_score"] = 100.0 * (out["eval/return"] - lo) / (hi - lo)
+        out["eval/normalized_score"] = normalized_score(out["eval/return"], *reference)
     return out
-
-
-def task_reference(task: str) -> tuple[float, float] | None:
-    """(random, reference) returns of a registered task, to normalise scores by; None when unknown or equal."""
-    from sim.errors import UnknownTaskError
-    from sim.tasks import spec
-
-    try:
-        s = spec(task)
-    except UnknownTaskError:
-        return None
-    return (s.random_return, s.reference_return) if s.reference_return != s.random_return else None
 
 
 def device_generator(device: torch.device) -> torch.Generator | None:

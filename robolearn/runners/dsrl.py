@@ -23,7 +23,7 @@ from robolearn.algos.chunk.dsrl import DSRLNA, DSRLConfig, NoiseActionEnv, base_
 from robolearn.algos.online.sac import SAC, SACConfig
 from robolearn.checkpoints import checkpoint
 from robolearn.errors import ConfigError
-from robolearn.runners.base import task_reference
+from robolearn.eval.scores import task_reference
 from robolearn.runners.off_policy import OffPolicyRunner
 
 

@@ -24,6 +24,7 @@ from robolearn.checkpoints import checkpoint
 from robolearn.checkpoints.policy import chunk_policy_checkpoint, lerobot_fields
 from robolearn.core.chunks import run_chunk
 from robolearn.errors import ConfigError
+from robolearn.eval.episodes import run_episodes
 
 
 @torch.no_grad()
@@ -61,20 +62,15 @@ def collect_chunks(env: Any, policy: FlowPolicy, critic: Critic | None, obs: Any
     return ChunkRollout(**{k: torch.stack(v) for k, v in rows.items()}, episodes=episodes), obs
 
 
-@torch.no_grad()
 def evaluate_flow(env: Any, policy: FlowPolicy, seed: int = 12345) -> dict[str, float]:
-    """Success rate and mean return of the deterministic sampler (ODE from Gaussian noise, pi_RL's evaluation)
-    over one episode of every env, from the same initial states each call (`env.reset(seed)`)."""
-    obs = env.reset(seed=seed)
+    """Success rate (NaN where the task has none) and mean return of the deterministic sampler (ODE from Gaussian
+    noise, pi_RL's evaluation) over one episode of every env, from the same initial states each call
+    (`env.reset(seed)`): `robolearn.eval.episodes.run_episodes` over chunks, returns summed in float32."""
     generator = torch.Generator().manual_seed(seed)
-    total = torch.zeros(env.num_envs)
-    for _ in range(-(-env.max_episode_length // policy.chunk)):
-        step = run_chunk(env, policy.sample(obs["policy"], "ode", generator=generator)[0])
-        total += step.reward
-        obs = step.obs
-        if bool(step.done.all()):  # every env started together, so they all end at the time limit together
-            return {"success": step.log.get("episode/success", float("nan")), "return": float(total.mean())}
-    raise ConfigError("evaluate_flow needs episodes that all end together (no early termination)")
+    episodes = run_episodes(env, lambda obs: policy.sample(obs["policy"], "ode", generator=generator)[0], seed,
+                            chunks=True, dtype=torch.float32)
+    success = episodes.success if episodes.success is not None else float("nan")
+    return {"success": success, "return": float(episodes.returns.mean())}
 
 
 def _success_rate(episodes: list[tuple[float, float]]) -> float:
@@ -138,9 +134,7 @@ def finetune_flow(policy: FlowPolicy, env: Any, cfg: FlowRLConfig, eval_env: Any
         learner = FlowRL(policy, (obs.get("critic") or obs["policy"])[0], cfg)
         checkpoints = Path(run_dir) / "checkpoints" if run_dir is not None else None
         if run is None and hasattr(env, "task"):  # a sim VecEnv: enough for `robolearn eval` and deploy's control rate
-            task_cfg = env.task.cfg
-            run = {"env": {"name": env.task.name, "num_envs": env.num_envs,
-                           "policy_dt": float(task_cfg.ctrl_dt * task_cfg.action_repeat)}}
+            run = {"env": {"name": env.task.name, "num_envs": env.num_envs, "policy_dt": float(env.task.cfg.policy_dt)}}
             if getattr(env, "pixels", None):  # a VLA's camera: `robolearn eval` renders the same frames
                 run["env"]["pixels"] = dict(env.pixels)
         if resume and checkpoints is None:

@@ -9,7 +9,7 @@ A method is two `robolearn train` runs in one folder: `<run_dir>/offline` (the o
 skipped with `checkpoint=`, and for the methods without pre-training) and `<run_dir>/online` (the online learner
 initialised from the offline checkpoint with `init=`, `train`'s warm start: actor, critics, targets and temperature
 by name, the networks' sizes taken from the checkpoint). Data the method keeps (`retain_data`: Cal-QL's and RLPD's
-50/50 batches) is the dataset as `algo.offline_data`; WSRL and RO2O start online with an empty buffer that the
+50/50 batches) is the dataset as `runner.offline_data`; WSRL and RO2O start online with an empty buffer that the
 pre-trained policy fills first (`algo.learning_starts` with `algo.random_warmup=false`: no update, no random action).
 
 The online phase evaluates the deterministic policy every `eval_every` env steps and once before its first step, so
@@ -41,7 +41,7 @@ class MethodConfig:
     offline: list[str] | None = None  # `robolearn train` overrides of the pre-training (algo=...); null: none
     offline_steps: int = 100_000      # its gradient steps, unless finetune's offline_steps says otherwise
     online: list[str] = dataclasses.field(default_factory=list)  # the online phase's train overrides (algo=...)
-    retain_data: bool = False         # the dataset is mixed into online batches (algo.offline_data)
+    retain_data: bool = False         # the dataset is mixed into online batches (runner.offline_data)
 
 
 @dataclasses.dataclass
@@ -113,13 +113,12 @@ def _checkpoint_run(path: str) -> dict[str, Any]:
     return config.get("run") or {}
 
 
-def finetune(overrides: Sequence[str]) -> Path:
-    """Run (or resume) one O2O method as `key=value` overrides of configs/finetune.yaml say; returns the run folder."""
+def finetune(cfg: FinetuneConfig) -> Path:
+    """Run (or resume) one O2O method (`load_config` composes `cfg`); returns the run folder."""
     import time
 
-    from robolearn.runners.train import resolve_dataset, train
+    from robolearn.runners.train import resolve_dataset
 
-    cfg = load_config(overrides)
     method = cfg.methods[cfg.algo]
     dataset, task = cfg.dataset, cfg.env
     if cfg.checkpoint is not None:
@@ -143,29 +142,28 @@ def finetune(overrides: Sequence[str]) -> Path:
                           "and the task none): the O2O metrics need normalised scores")
     out = Path(cfg.run_dir or f"runs/{task}-{cfg.algo}-finetune-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    common = [f"seed={cfg.seed}", f"device={cfg.device}", f"progress={str(cfg.progress).lower()}"]
+    common = {"seed": cfg.seed, "device": cfg.device, "progress": cfg.progress}
 
     init = cfg.checkpoint
     offline_score = None
     if init is None and method.offline is not None:
         steps = cfg.offline_steps if cfg.offline_steps is not None else method.offline_steps
-        _phase(train, out / "offline", [*method.offline, f"dataset={dataset}", f"env={task}", *common,
-                                         f"algo.gradient_steps={steps}", f"algo.log_every={math.gcd(steps, 1000)}",
-                                         "video=false", *cfg.offline])  # logs every 1000 steps when it divides them
+        _phase(out / "offline", [*method.offline, f"env={task}"], cfg.offline, {
+            **common, "dataset": dataset, "runner.gradient_steps": steps,
+            "runner.log_every": math.gcd(steps, 1000), "video": False})  # logs every 1000 steps when it divides them
         init = str(out / "offline")
     if init is not None:  # the offline run's own last evaluation (a checkpoint's run folder is two levels up)
         offline_curve = read_curve(checkpoint_dir(init).parent.parent)
         offline_score = offline_curve[-1][1] if offline_curve else None
-    online = [*method.online, f"env={task}", *common, f"algo.env_steps={cfg.online_steps}",
-              f"algo.eval_every={cfg.eval_every}", f"algo.eval_episodes={cfg.eval_episodes}",
-              f"video={str(cfg.video).lower()}"]
+    online: dict[str, Any] = {**common, "runner.env_steps": cfg.online_steps, "runner.eval_every": cfg.eval_every,
+                              "runner.eval_episodes": cfg.eval_episodes, "video": cfg.video}
     if reference is not None:
-        online.append(f"algo.eval_reference=[{reference[0]!r},{reference[1]!r}]")
+        online["runner.eval_reference"] = reference
     if init is not None:
-        online.append(f"init={init}")
+        online["init"] = init
     if method.retain_data:
-        online.append(f"algo.offline_data={resolve_dataset(dataset)}")
-    _phase(train, out / "online", [*online, *cfg.online])
+        online["runner.offline_data"] = str(resolve_dataset(dataset))
+    _phase(out / "online", [*method.online, f"env={task}"], cfg.online, online)
     metrics = o2o_metrics(read_curve(out / "online"), cfg.online_steps, offline_score, learning_starts(out))
     metrics.update({"algo": cfg.algo, "task": task, "dataset": dataset, "seed": cfg.seed, "init": init})
     from robolearn.data.dataset import write_json
@@ -176,17 +174,30 @@ def finetune(overrides: Sequence[str]) -> Path:
     return out
 
 
-def _phase(train: Any, run_dir: Path, overrides: list[str]) -> None:
-    """One `robolearn train` run in `run_dir`: skipped when finished (checkpoints/final), resumed when interrupted."""
+def _phase(run_dir: Path, preset: list[str], user: list[str], values: dict[str, Any]) -> None:
+    """One training run in `run_dir`: skipped when finished (checkpoints/final), resumed when interrupted, else
+    composed from the method's `preset` overrides (configs/finetune.yaml) and the user's, with `values` (dotted
+    keys) set in it unless the user's overrides name them."""
+    from robolearn.runners.train import load_train_config, resume_config, run_training
+
     if (run_dir / "checkpoints" / "final" / checkpoint.CONFIG).is_file():
         print(f"{run_dir}: finished before, not run again")
         return
     if (run_dir / "checkpoints" / "latest" / checkpoint.CONFIG).is_file():
         print(f"{run_dir}: resuming")
-        train([f"resume={run_dir}"])
+        run_training(resume_config(run_dir))
         return
     if run_dir.exists():  # started but never checkpointed: start over
         import shutil
 
         shutil.rmtree(run_dir)
-    train([*overrides, f"run_dir={run_dir}"])
+    cfg = load_train_config([*preset, *user])
+    named = {o.split("=", 1)[0].lstrip("+") for o in user}
+    for key, value in {**values, "run_dir": str(run_dir)}.items():
+        if key not in named:
+            *path, last = key.split(".")
+            node = cfg
+            for part in path:
+                node = node[part]
+            node[last] = value
+    run_training(cfg)

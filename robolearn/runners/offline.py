@@ -25,7 +25,8 @@ import torch
 
 from robolearn.checkpoints import checkpoint
 from robolearn.errors import CheckpointError, ConfigError
-from robolearn.runners.base import RunnerBase, evaluate_policy, progress_bar, restore_rng, rng_state, task_reference
+from robolearn.eval import scores
+from robolearn.runners.base import RunnerBase, evaluate_policy, progress_bar, restore_rng, rng_state
 from robolearn.runners.off_policy import Means
 
 
@@ -143,8 +144,6 @@ def dataset_buffer(data: Any, env: Any, path: str, device: torch.device, gamma: 
 
 
 def reference_returns(data: Any, task: str) -> tuple[float, float] | None:
-    """(random, expert) returns to normalise by: the dataset's reference scores, else the task registry's."""
-    lo, hi = data.metadata.get("ref_min_score"), data.metadata.get("ref_max_score")
-    if lo is not None and hi is not None and hi != lo:
-        return float(lo), float(hi)
-    return task_reference(task)
+    """(random, expert) returns to normalise by: the dataset's reference scores, else the task registry's
+    (`robolearn.eval.scores.reference_returns` of the dataset's metadata)."""
+    return scores.reference_returns(data.metadata, task)

@@ -2,7 +2,7 @@
 IQL, CQL, Cal-QL, ReBRAC) on a dataset, as `configs/train.yaml` composes it.
 
     robolearn train env=pendulum-swingup algo=sac seed=1 algo.batch_size=128
-    robolearn train algo=iql dataset=data/d4rl-like/cheetah-run-medium-v0 algo.gradient_steps=100000
+    robolearn train algo=iql dataset=data/d4rl-like/cheetah-run-medium-v0 runner.gradient_steps=100000
     robolearn train resume=runs/<run> iterations=400
     robolearn train algo=wsrl init=runs/<offline run> env=cheetah-run    # warm start (robolearn.runners.o2o)
 
@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from robolearn.algos.base import spec
-from robolearn.config import algo_config, compose, make_env
+from robolearn.config import algo_config, compose, make_env, migrate_run_config, runner_config
 from robolearn.errors import CheckpointError, ConfigError
 from robolearn.runners.offline import OfflineRunConfig
 
@@ -34,37 +35,35 @@ def is_online(cfg: dict[str, Any]) -> bool:
 
 def resolve_run(cfg: dict[str, Any]) -> dict[str, Any]:
     """Fill what depends on the algorithm: the network sizes of a warm start (`init`), `iterations` (PPO: the task
-    preset's; off-policy: from `algo.env_steps`; offline: from `algo.gradient_steps`)."""
+    preset's; off-policy: from `runner.env_steps`; offline: from `runner.gradient_steps`)."""
     if cfg.get("init"):
         if not is_online(cfg):
-            raise ConfigError("init= warm-starts online learning: leave dataset= out (algo.offline_data= keeps data)")
-        if algo_config(cfg["algo"])[1] is None:
+            raise ConfigError("init= warm-starts online learning: leave dataset= out (runner.offline_data= keeps "
+                              "data)")
+        if runner_config(cfg, online=True) is None:
             raise ConfigError(f"init= warm-starts an off-policy learner; algo={cfg['algo']['name']} is on-policy")
         from robolearn.checkpoints.warm_start import adopt_architecture
 
         for key, (was, now) in adopt_architecture(cfg["algo"], cfg["init"]).items():
             print(f"init: algo.{key} = {now} as the checkpoint's (the preset had {was})")
-    algo_cfg, run_cfg = algo_config(cfg["algo"], online=is_online(cfg))
+    algo_cfg, run_cfg = algo_config(cfg["algo"], online=is_online(cfg)), runner_config(cfg, online=is_online(cfg))
     if is_online(cfg) and spec(cfg["algo"]["name"]).runner == "offline":
-        if getattr(algo_cfg, "calibrate", False):
-            raise ConfigError("algo=calql online needs algo.calibrate=false (CORL switches the calibration off online: "
-                              "new transitions have no Monte-Carlo return)")
-        print(f"algo={cfg['algo']['name']} without dataset=: it learns online (algo.env_steps={run_cfg.env_steps})")
-    if not is_online(cfg) and not isinstance(run_cfg, OfflineRunConfig):
+        print(f"algo={cfg['algo']['name']} without dataset=: it learns online (runner.env_steps={run_cfg.env_steps})")
+    if not is_online(cfg) and spec(cfg["algo"]["name"]).runner != "offline":
         raise ConfigError(f"algo={cfg['algo']['name']} is online: dataset= is for the offline algorithms (online: "
-                          "algo.offline_data=)")
-    unused = _other_mode_settings(cfg["algo"], algo_cfg, run_cfg)
+                          "runner.offline_data=)")
+    unused = _other_mode_settings(cfg, algo_cfg, run_cfg)
     if unused:
-        print(f"note: {', '.join('algo.' + k for k in unused)} "
+        print(f"note: {', '.join(unused)} "
               + ("apply to offline training (dataset=) only" if is_online(cfg) else "apply to online learning only")
               + ": not used by this run")
     if cfg["iterations"] is None:
         if isinstance(run_cfg, OfflineRunConfig):
             steps, every = run_cfg.gradient_steps, run_cfg.log_every
             if 0 < steps < every:  # a short run logs once, at its end, rather than running log_every steps
-                cfg["algo"]["log_every"] = every = steps
+                cfg["runner"]["log_every"] = every = steps
             elif steps % every:
-                raise ConfigError(f"algo.gradient_steps ({steps}) must be a multiple of algo.log_every ({every}): "
+                raise ConfigError(f"runner.gradient_steps ({steps}) must be a multiple of runner.log_every ({every}): "
                                   "training runs whole logged iterations")
             cfg["iterations"] = max(1, steps // every)
         elif run_cfg is None:
@@ -75,42 +74,66 @@ def resolve_run(cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-def _other_mode_settings(algo: dict[str, Any], algo_cfg: Any, run_cfg: Any) -> list[str]:
+def _other_mode_settings(cfg: dict[str, Any], algo_cfg: Any, run_cfg: Any) -> list[str]:
     """The settings of an offline algorithm's other mode (online / offline) that differ from their defaults: the
-    schema has both modes' fields, a run reads one mode's."""
+    `algo` schema has the replay settings and `runner` both runners' fields, a run reads one mode's."""
     import dataclasses
 
+    from robolearn.config import ALGORITHMS, RunnerConfig
+
+    algo = cfg["algo"]
     if spec(algo["name"]).runner != "offline" or run_cfg is None:
         return []
-    from robolearn.config import ALGORITHMS
-
-    used = {f.name for f in dataclasses.fields(algo_cfg)} | {f.name for f in dataclasses.fields(run_cfg)}
+    used = {f.name for f in dataclasses.fields(algo_cfg)}
+    schema = [(f"algo.{f.name}", f, algo) for f in dataclasses.fields(ALGORITHMS[algo["name"]][0])
+              if f.name not in used and f.name not in ("name", "recipe")]
+    used = {f.name for f in dataclasses.fields(run_cfg)}
+    schema += [(f"runner.{f.name}", f, cfg.get("runner") or {}) for f in dataclasses.fields(RunnerConfig)
+               if f.name not in used]
     out = []
-    for f in dataclasses.fields(ALGORITHMS[algo["name"]][0]):
-        if f.name in used or f.name in ("name", "recipe") or f.name not in algo:
+    for key, f, given in schema:
+        if f.name not in given:
             continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        value = list(algo[f.name]) if isinstance(algo[f.name], tuple) else algo[f.name]
+        value = list(given[f.name]) if isinstance(given[f.name], tuple) else given[f.name]
         if value != (list(default) if isinstance(default, tuple) else default):
-            out.append(f.name)
+            out.append(key)
     return out
 
 
-def train(overrides: list[str]) -> Path:
-    """Train as configured by `key=value` overrides of configs/train.yaml; returns the run directory."""
-    overrides, dataset = _split_dataset(overrides)
+def load_train_config(overrides: Sequence[str]) -> dict[str, Any]:
+    """The train config that `key=value` overrides of configs/train.yaml compose (with `dataset=`, and without `env=`
+    the dataset's task); with `resume=<run>` that run's own config (`iterations=` may grow it)."""
+    overrides, dataset = _split_dataset(list(overrides))
     cfg = compose("train", overrides)
     cfg["dataset"] = dataset
-    resuming = bool(cfg["resume"])
+    if cfg["resume"]:
+        return resume_config(cfg["resume"], cfg["iterations"])
+    return cfg
+
+
+def resume_config(run_dir: str | Path, iterations: int | None = None) -> dict[str, Any]:
+    """The config a run saved (`<run_dir>/config.yaml`), to continue it; `iterations` may grow it."""
+    saved = Path(run_dir) / "config.yaml"
+    if not saved.is_file():
+        raise CheckpointError(f"cannot resume {run_dir}: it has no config.yaml (not a robolearn run directory)")
+    cfg = migrate_run_config(json.loads(saved.read_text()))
+    cfg["resume"] = str(run_dir)
+    if iterations is not None:
+        cfg["iterations"] = iterations
+    return cfg
+
+
+def train(overrides: Sequence[str]) -> Path:
+    """`robolearn train` from `key=value` overrides: `run_training(load_train_config(overrides))`."""
+    return run_training(load_train_config(overrides))
+
+
+def run_training(cfg: dict[str, Any]) -> Path:
+    """Train as a composed train config says (`load_train_config`, `resume_config`); returns the run directory."""
+    resuming = bool(cfg.get("resume"))
     if resuming:
         run_dir = Path(cfg["resume"])
-        saved = run_dir / "config.yaml"
-        if not saved.is_file():
-            raise CheckpointError(f"cannot resume {run_dir}: it has no config.yaml (not a robolearn run directory)")
-        iterations = cfg["iterations"]
-        cfg = json.loads(saved.read_text())
-        if iterations is not None:
-            cfg["iterations"] = iterations
     else:
         cfg = resolve_run(cfg)
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -121,11 +144,12 @@ def train(overrides: list[str]) -> Path:
 
     seed = int(cfg["seed"])
     torch.manual_seed(seed)
-    _, run_cfg = algo_config(cfg["algo"], online=is_online(cfg))
+    run_cfg = runner_config(cfg, online=is_online(cfg))
     offline = isinstance(run_cfg, OfflineRunConfig)  # its envs are the evaluation episodes
     env = make_env(cfg["env"], seed, num_envs=run_cfg.eval_episodes if offline else None)
     cfg["env"]["policy_dt"] = float(env.task.cfg.ctrl_dt * env.task.cfg.action_repeat)  # the policy acts this often
-    (run_dir / "config.yaml").write_text(json.dumps(cfg, indent=2))  # JSON is valid YAML: readable by both
+    saved = {**cfg, "resume": None}  # the run's own config: `resume` is how this process was started
+    (run_dir / "config.yaml").write_text(json.dumps(saved, indent=2))  # JSON is valid YAML: readable by both
     runner = make_runner(env, cfg, run_dir, seed)
     if resuming:
         runner.restore(run_dir / "checkpoints" / "latest")
@@ -154,7 +178,7 @@ def train(overrides: list[str]) -> Path:
 def make_runner(env: Any, cfg: dict[str, Any], run_dir: Path, seed: int):
     """The on- or off-policy runner, with its algorithm, for a resolved train config."""
     device = torch.device(cfg["device"])
-    algo_cfg, run_cfg = algo_config(cfg["algo"], online=is_online(cfg))
+    algo_cfg, run_cfg = algo_config(cfg["algo"], online=is_online(cfg)), runner_config(cfg, online=is_online(cfg))
     if isinstance(run_cfg, OfflineRunConfig):
         return offline_runner(env, cfg, algo_cfg, run_cfg, run_dir, seed, device)
     algo = spec(cfg["algo"]["name"]).learner_class().for_env(env, algo_cfg, device)
@@ -174,19 +198,20 @@ def make_runner(env: Any, cfg: dict[str, Any], run_dir: Path, seed: int):
 
 
 def _reference(run_cfg: Any, task: str) -> tuple[float, float] | None:
-    """The (random, reference) returns online evaluations are normalised by: `algo.eval_reference`, else the task's."""
+    """The (random, reference) returns online evaluations are normalised by: `runner.eval_reference`, else the
+    task's."""
     from robolearn.runners.base import task_reference
 
     given = run_cfg.eval_reference
     if given is None:
         return task_reference(task)
     if len(given) != 2 or float(given[0]) == float(given[1]):
-        raise ConfigError(f"algo.eval_reference must be [random, reference] returns that differ, got {given}")
+        raise ConfigError(f"runner.eval_reference must be [random, reference] returns that differ, got {given}")
     return float(given[0]), float(given[1])
 
 
 def offline_buffer(path: str | None, env: Any, algo_cfg: Any, device: torch.device):
-    """The offline dataset (`algo.offline_data`: any format `robolearn.data.formats` reads) as a replay buffer.
+    """The offline dataset (`runner.offline_data`: any format `robolearn.data.formats` reads) as a replay buffer.
 
     It needs the env's observation groups that the learner reads ("policy", and "critic" where the env has a
     separate one) with the env's sizes; batches then mix it in at `algo.offline_ratio` (RLPD's and SERL's
@@ -194,7 +219,7 @@ def offline_buffer(path: str | None, env: Any, algo_cfg: Any, device: torch.devi
     """
     if not path:
         if algo_cfg.offline_ratio > 0:
-            print(f"note: offline_ratio {algo_cfg.offline_ratio} but no algo.offline_data: every batch is online")
+            print(f"note: offline_ratio {algo_cfg.offline_ratio} but no runner.offline_data: every batch is online")
         return None
     from robolearn.data.dataset import to_replay_buffer
     from robolearn.data.formats import load_dataset

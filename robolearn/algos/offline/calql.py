@@ -35,6 +35,12 @@ class CalQLConfig(CQLConfig):
     calibrate: bool = True             # bound pi's Q-values by the MC returns (CORL: on offline, off online)
     sparse_failure_reward: float | None = None  # CORL is_sparse_reward (antmaze: 0.0): see `return_to_go`
 
+    def check_online(self) -> None:
+        """Online, new transitions have no Monte-Carlo return: CORL switches the calibration off."""
+        if self.calibrate:
+            raise ConfigError("algo=calql online needs algo.calibrate=false (CORL switches the calibration off "
+                              "online: new transitions have no Monte-Carlo return)")
+
 
 def return_to_go(rewards: torch.Tensor, gamma: float, reward_scale: float = 1.0, reward_bias: float = 0.0,
                  failure_reward: float | None = None) -> torch.Tensor:
