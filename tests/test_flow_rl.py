@@ -153,14 +153,19 @@ def test_cli_chunk_bc_then_flow_rl_resumed_then_eval(tmp_path, capsys):
     short = "+env.overrides.episode_length=20"  # recorded with the data, then with each checkpoint
     assert main(["collect", "env=point-mass", "env.num_envs=4", short, "kind=expert", "policy=reference",
                  "episodes=4", "ref_min_score=0", "ref_max_score=1", "progress=false", f"out={data}"]) == 0
-    assert main(["chunk-bc", f"data={data}", f"out={bc}", "bc.chunk=4", "bc.num_steps=2", "bc.hidden=[16]",
+    assert main(["chunk-bc", f"data={data}", f"out={bc}"]) == 2  # renamed: the error names dataset=
+    assert "`dataset`" in capsys.readouterr().err
+    assert main(["chunk-bc", f"dataset={data}", f"out={bc}", "bc.chunk=4", "bc.num_steps=2", "bc.hidden=[16]",
                  "bc.steps=20", "bc.batch_size=16"]) == 0
     assert "flow policy (chunks of 4) cloned from 80 steps" in capsys.readouterr().out
     common = [f"run_dir={rl}", "num_envs=4", "eval_envs=0", "rl.critic_hidden=[16]", "rl.critic_warmup=0",
               "rl.rollout_chunks=5"]
     assert main(["flow-rl", f"checkpoint={bc}", "rl.iterations=1", *common]) == 0
-    assert main(["flow-rl", "resume=true", "rl.iterations=2", *common]) == 0
-    history = [line for line in capsys.readouterr().out.splitlines() if line.startswith("iteration=")]
+    first = capsys.readouterr().out
+    assert main(["flow-rl", "resume=true", "rl.iterations=2", *common]) == 2  # resume takes the run folder
+    assert "resume=<run_dir>" in capsys.readouterr().err
+    assert main(["flow-rl", f"resume={rl}", "rl.iterations=2", *common]) == 0
+    history = [line for line in (first + capsys.readouterr().out).splitlines() if line.startswith("iteration=")]
     assert [h.split()[0] for h in history] == ["iteration=0", "iteration=1", "iteration=2"]
     assert main(["eval", f"checkpoint={rl / 'checkpoints' / 'final'}", "episodes=2", "device=cpu"]) == 0
     assert main(["flow-rl", f"checkpoint={data}"]) != 0  # not a checkpoint: a clear error, no traceback
@@ -173,8 +178,8 @@ def test_cli_chunk_bc_then_flow_rl_resumed_then_eval(tmp_path, capsys):
              "dsrl.steps_per_iteration=5", "dsrl.eval_every=40", "sac.learning_starts=8", "sac.batch_size=8",
              "sac.actor_hidden=[16]", "sac.critic_hidden=[16]"]
     assert main(["dsrl", "iterations=1", *small]) == 0
-    assert main(["dsrl", "iterations=3", "resume=true", "dsrl.magnitude=1.0", *small]) != 0  # not its settings
-    assert main(["dsrl", "iterations=2", "resume=true", *small]) == 0
+    assert main(["dsrl", "iterations=3", f"resume={ds}", "dsrl.magnitude=1.0", *small]) != 0  # not its settings
+    assert main(["dsrl", "iterations=2", f"resume={ds}", *small]) == 0
     assert "steered policy:" in capsys.readouterr().out
     steered = load_policy(ds / "policy")
     assert steered.kind == "steered" and steered.run["env"]["name"] == "point-mass"

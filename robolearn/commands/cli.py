@@ -8,7 +8,7 @@
     robolearn tasks verbose=true
     robolearn bench suite=smoke                     # algorithms x datasets x seeds -> bench/smoke/report.md
     robolearn finetune algo=wsrl dataset=<name>     # offline pre-training, then online fine-tuning (O2O)
-    robolearn chunk-bc data=<dataset> out=runs/bc   # a flow / diffusion action-chunk policy by behaviour cloning
+    robolearn chunk-bc dataset=<dataset> out=runs/bc   # a flow / diffusion action-chunk policy by behaviour cloning
     robolearn flow-rl checkpoint=runs/bc            # its PPO / GRPO fine-tuning in the batched sim (pi_RL)
     robolearn dsrl checkpoint=runs/bc               # or SAC over its initial noise, the policy frozen (DSRL)
 
@@ -43,9 +43,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("robolearn.commands.collect:cmd_collect", "robolearn.collect.generate:CollectConfig"),
     "bench": ("robolearn.commands.bench:cmd_bench", "robolearn.bench.suite:BenchConfig"),
     "finetune": ("robolearn.commands.finetune:cmd_finetune", "robolearn.runners.o2o:FinetuneConfig"),
-    "chunk-bc": ("robolearn.commands.chunk:cmd_chunk_bc", "robolearn.commands.chunk:ChunkBCCommand"),
-    "flow-rl": ("robolearn.commands.chunk:cmd_flow_rl", "robolearn.commands.chunk:FlowRLCommand"),
-    "dsrl": ("robolearn.commands.chunk:cmd_dsrl", "robolearn.commands.chunk:DSRLCommand"),
+    "chunk-bc": ("robolearn.commands.chunk:cmd_chunk_bc", "robolearn.runners.chunk:ChunkBCJob"),
+    "flow-rl": ("robolearn.commands.chunk:cmd_flow_rl", "robolearn.runners.chunk:FlowRLJob"),
+    "dsrl": ("robolearn.commands.chunk:cmd_dsrl", "robolearn.runners.chunk:DSRLJob"),
     "deploy": ("real.deploy:cmd_deploy", "real.deploy:DeployConfig"),
     "fake-robot": ("real.fake_robot:cmd_fake_robot", "real.fake_robot:FakeRobotConfig"),
     "record": ("real.recorder:cmd_record", "real.recorder:RecordConfig"),
@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             from robolearn.config import help_text
 
             func, schema = _load(name, COMMANDS[name][0]), _load(name, COMMANDS[name][1])
-            print(help_text(name.replace("-", "_"), schema, func.__doc__ or schema.__doc__ or ""))
+            chosen = [a for a in args if a not in ("-h", "--help")]  # `algo=sac --help`: SAC's fields
+            print(help_text(name.replace("-", "_"), schema, func.__doc__ or schema.__doc__ or "", chosen))
             return 0
         return run(name, args)
     except RobolearnError as e:

@@ -86,12 +86,20 @@ def compose(command: str, overrides: Sequence[str] = (), schema: type | None = N
     _register(command, schema)
     if not (config_dir() / f"{command}.yaml").is_file():
         raise ConfigError(f"no configs/{command}.yaml in {config_dir()}")
+    # `dataset=` names a dataset, but Hydra would read it as a choice in configs/dataset/ (the suites' folder)
+    datasets = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == "dataset"]
+    overrides = [o for o in overrides if o.split("=", 1)[0].lstrip("+") != "dataset"]
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
             cfg = hydra_compose(config_name=command, overrides=[_quoted(o) for o in overrides])
-        return OmegaConf.to_container(cfg, resolve=True)
+        out = OmegaConf.to_container(cfg, resolve=True)
     except (HydraException, OmegaConfBaseException) as e:
         raise ConfigError(f"bad {command} option: {_first_lines(e)}") from e
+    if datasets:
+        if "dataset" not in out:
+            raise ConfigError(f"robolearn {command.replace('_', '-')} has no dataset= option")
+        out["dataset"] = datasets[-1]
+    return out
 
 
 def _first_lines(e: Exception) -> str:
@@ -105,12 +113,16 @@ def _first_lines(e: Exception) -> str:
                     and not line.startswith(("Config search path", "provider=")))
 
 
-def help_text(command: str, schema: type | None = None, doc: str = "") -> str:
-    """What `robolearn <command> --help` prints: the usage, every option with its default, the groups."""
+def help_text(command: str, schema: type | None = None, doc: str = "", overrides: Sequence[str] = ()) -> str:
+    """What `robolearn <command> --help` prints: the usage, every option with its default, the groups. With
+    `overrides` (`robolearn train algo=sac --help`) the options are those they compose: the chosen algorithm's."""
     import yaml
 
-    cfg = compose(command, (), schema)
-    lines = [doc.strip(), "", f"options of `robolearn {command}` (key=value; defaults shown):", ""] if doc else []
+    chosen = [o for o in overrides if o.split("=", 1)[0].lstrip("+") != "dataset"]  # dataset= is no config group
+    cfg = compose(command, chosen, schema)
+    given = f" {' '.join(chosen)}" if chosen else ""
+    header = f"options of `robolearn {command}{given}` (key=value; defaults shown):"
+    lines = [doc.strip(), "", header, ""] if doc else []
     lines += ["  " + line for line in yaml.safe_dump(cfg, sort_keys=False, default_flow_style=None).splitlines()]
     groups = sorted(p for p in config_dir().iterdir() if p.is_dir())
     used = [g for g in groups if g.name in cfg or (command == "train" and g.name in ("env", "algo"))
