@@ -212,7 +212,7 @@ def test_serl_with_offline_data_samples_half_and_half(tmp_path):
     offline = torch.stack([b["obs"]["policy"][:, 2] == -7 for b in batches])
     assert offline.shape == (10, 16) and offline.sum(1).tolist() == [8] * 10  # 50/50, every batch
 
-    with pytest.raises(ConfigError, match="offline data has 3 observations"):
+    with pytest.raises(ConfigError, match=r"policy observations of shape \(3,\); the learner's are \(4,\)"):
         Learner(FakeServer(), learner_config(tmp_path / "bad", f"offline_data={tmp_path / 'demos'}",
                                              "obs_dim=4", "num_actions=2"))  # fmt: skip
 

@@ -29,7 +29,7 @@ from real.safety import SafetyInfo
 from real.transport import SENSOR_DATA
 from real.transport.memory import FakeClock, MemoryBus, MemoryTransport
 from robolearn.commands.cli import run
-from robolearn.data.episodes import Episode, load_episodes, save_episodes, to_replay_buffer, to_transitions
+from robolearn.data.episodes import Episode, load_episodes, save_episodes, to_transitions
 from robolearn.errors import ConfigError, DatasetError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -348,7 +348,13 @@ def test_bag_to_episodes_at_the_control_ticks(tmp_path):
     flat = to_transitions(loaded)
     assert flat["obs"].shape == (33, 1) and np.array_equal(flat["next_obs"][:9, 0], first.observations[1:, 0])
     assert flat["terminated"].sum() == 1 and flat["truncated"].sum() == 3
-    buffer = to_replay_buffer(loaded, action_key="raw_actions")
+    import torch
+
+    from robolearn.core.buffers import ReplayBuffer
+
+    raw = {k: torch.from_numpy(v) for k, v in to_transitions(loaded, action_key="raw_actions").items()}
+    buffer = ReplayBuffer.from_transitions({"policy": raw["obs"]}, raw["actions"], raw["rewards"],
+                                           {"policy": raw["next_obs"]}, raw["terminated"], raw["truncated"])
     assert len(buffer) == 33 and buffer.num_actions == 2
     batch = buffer.sample(64)
     assert set(batch) == {"obs", "actions", "rewards", "next_obs", "discount", "steps"}

@@ -162,5 +162,5 @@ def test_offline_data_from_an_episode_folder(tmp_path, capsys):
     wide = Episode(observations=np.zeros((3, 5)), actions=np.zeros((2, 1)), rewards=np.zeros(2),
                    terminations=np.zeros(2, bool), truncations=np.array([False, True]))
     save_episodes(tmp_path / "wide", [wide])
-    with pytest.raises(Exception, match=r"policy observations of shape \(5,\); the env has \(3,\)"):
+    with pytest.raises(Exception, match=r"policy observations of shape \(5,\); the learner's are \(3,\)"):
         train(["algo=rlpd", f"run_dir={tmp_path / 'bad'}", f"runner.offline_data={tmp_path / 'wide'}", *common])

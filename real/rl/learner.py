@@ -229,14 +229,13 @@ class Learner:
         self.transitions = 0  # received and stored in total (across restarts)
         self._last_publish = self._last_checkpoint = time.monotonic()
         self._published_updates = -1  # updates at the last publication (nothing new: no new version)
-        self._offline_episodes = None
+        self._offline_data = None  # the robot episodes (`offline_data`) as a Dataset
         sizes = (cfg.obs_dim, cfg.num_actions) if cfg.obs_dim and cfg.num_actions else None
         if cfg.offline_data:
-            from robolearn.data.episodes import load_episodes
+            from robolearn.data.formats import load_dataset
 
-            self._offline_episodes, _ = load_episodes(cfg.offline_data)
-            first = self._offline_episodes[0]
-            sizes = sizes or (first.observations.shape[1], first.actions.shape[1])
+            self._offline_data = load_dataset(cfg.offline_data)
+            sizes = sizes or (self._offline_data.observations["policy"].shape[1], self._offline_data.actions.shape[1])
         if (self.run_dir / CHECKPOINT).is_dir():
             self.restore(self.run_dir / CHECKPOINT)
         elif sizes:  # known sizes: publish a first policy before any data arrives
@@ -267,22 +266,17 @@ class Learner:
 
     def _offline_buffer(self, obs_dim: int, num_actions: int) -> ReplayBuffer | None:
         """The offline episodes (``offline_data``) as a replay buffer, mixed in at ``algo.offline_ratio``."""
-        if self._offline_episodes is None:
+        if self._offline_data is None:
             if self.sac_cfg.offline_ratio > 0:
                 log.warning("offline_ratio %s but no offline_data: every batch is online",
                             self.sac_cfg.offline_ratio)
             return None
-        from robolearn.data.episodes import to_replay_buffer
+        from robolearn.data.replay import dataset_buffer
 
-        first = self._offline_episodes[0]
-        data = (first.observations.shape[1], first.actions.shape[1])
-        if data != (obs_dim, num_actions):
-            raise ConfigError(f"offline data has {data[0]} observations and {data[1]} actions; the learner's policy "
-                              f"has {obs_dim} and {num_actions}")  # fmt: skip
-        buffer = to_replay_buffer(self._offline_episodes, device=str(self.cfg.device), n_step=self.sac_cfg.n_step,
-                                  gamma=self.sac_cfg.gamma)  # fmt: skip
+        buffer = dataset_buffer(self._offline_data, {"policy": (obs_dim,)}, num_actions, source=self.cfg.offline_data,
+                                device=str(self.cfg.device), n_step=self.sac_cfg.n_step, gamma=self.sac_cfg.gamma)
         log.info("offline data: %d transitions from %d episodes, mixed in at %s", len(buffer),
-                 len(self._offline_episodes), self.sac_cfg.offline_ratio)  # fmt: skip
+                 self._offline_data.num_episodes, self.sac_cfg.offline_ratio)  # fmt: skip
         return buffer
 
     def publish(self) -> int | None:

@@ -233,17 +233,3 @@ def to_transitions(episodes: Iterable[Episode], action_key: str = "actions") -> 
     if not parts["obs"]:
         raise DatasetError("no episodes to turn into transitions")
     return {k: np.concatenate(v) for k, v in parts.items()}
-
-
-def to_replay_buffer(episodes: Iterable[Episode], action_key: str = "actions", device: str = "cpu",
-                     n_step: int = 1, gamma: float = 0.99, obs_key: str = "policy") -> Any:
-    """A `robolearn.core.buffers.ReplayBuffer` holding every transition (observation group ``obs_key``)."""
-    import torch
-
-    from robolearn.core.buffers import ReplayBuffer
-
-    flat = {k: torch.from_numpy(v) for k, v in to_transitions(episodes, action_key).items()}
-    return ReplayBuffer.from_transitions(
-        {obs_key: flat["obs"]}, flat["actions"], flat["rewards"], {obs_key: flat["next_obs"]},
-        flat["terminated"], flat["truncated"], device=device, n_step=n_step, gamma=gamma,
-    )  # fmt: skip

@@ -123,26 +123,6 @@ class OfflineRunner(RunnerBase):
         self.algo.updates, self.last_eval = meta["updates"], meta["last_eval"]
 
 
-def dataset_buffer(data: Any, env: Any, path: str, device: torch.device, gamma: float,
-                   extras: dict[str, torch.Tensor] | None = None) -> Any:
-    """The dataset's transitions as a replay buffer for `env`'s learner, after checking they fit: the task (when the
-    dataset names one), the "policy" observation size and the action size. Raises ConfigError naming the fix."""
-    from robolearn.data.dataset import to_replay_buffer
-
-    task = data.metadata.get("task")
-    if task and task != env.task.name:
-        raise ConfigError(f"dataset {path} was collected on {task}, not {env.task.name}: pass env={task} (or leave "
-                          "env= out: it defaults to the dataset's task)")
-    if "policy" not in data.observations:
-        raise ConfigError(f"dataset {path} has observation groups {sorted(data.observations)}; the offline learners "
-                          "read 'policy'")
-    have, want = tuple(data.observations["policy"].shape[1:]), tuple(env.observation_shapes["policy"])
-    if have != want or data.actions.shape[1] != env.num_actions:
-        raise ConfigError(f"dataset {path} has observations {have} and actions {data.actions.shape[1]}; "
-                          f"{env.task.name} has {want} and {env.num_actions}")
-    return to_replay_buffer(data, ["policy"], device=str(device), gamma=gamma, extras=extras)
-
-
 def reference_returns(data: Any, task: str) -> tuple[float, float] | None:
     """(random, expert) returns to normalise by: the dataset's reference scores, else the task registry's
     (`robolearn.eval.scores.reference_returns` of the dataset's metadata)."""

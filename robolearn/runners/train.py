@@ -211,34 +211,21 @@ def _reference(run_cfg: Any, task: str) -> tuple[float, float] | None:
 
 
 def offline_buffer(path: str | None, env: Any, algo_cfg: Any, device: torch.device):
-    """The offline dataset (`runner.offline_data`: any format `robolearn.data.formats` reads) as a replay buffer.
-
-    It needs the env's observation groups that the learner reads ("policy", and "critic" where the env has a
-    separate one) with the env's sizes; batches then mix it in at `algo.offline_ratio` (RLPD's and SERL's
-    50/50). Without a dataset every batch is online.
-    """
+    """The offline dataset (`runner.offline_data`: any format `robolearn.data.formats` reads) as a replay buffer that
+    batches mix in at `algo.offline_ratio` (RLPD's and SERL's 50/50), holding the env's observation groups that the
+    learner reads ("policy", and "critic" where the env has a separate one). Without a dataset every batch is
+    online."""
     if not path:
         if algo_cfg.offline_ratio > 0:
             print(f"note: offline_ratio {algo_cfg.offline_ratio} but no runner.offline_data: every batch is online")
         return None
-    from robolearn.data.dataset import to_replay_buffer
     from robolearn.data.formats import load_dataset
+    from robolearn.data.replay import dataset_buffer
 
     data = load_dataset(path)
     groups = ["policy"] + (["critic"] if "critic" in env.observation_shapes else [])
-    for group in groups:
-        have = data.observations.get(group)
-        want = tuple(env.observation_shapes[group])
-        if have is None:
-            raise ConfigError(f"offline data {path} has observation groups {sorted(data.observations)}; this env's "
-                              f"learner reads {groups} (the critic group holds privileged observations)")
-        if tuple(have.shape[1:]) != want:
-            raise ConfigError(f"offline data {path} has {group} observations of shape {tuple(have.shape[1:])}; "
-                              f"the env has {want}")
-    if data.actions.shape[1] != env.num_actions:
-        raise ConfigError(f"offline data {path} has actions of size {data.actions.shape[1]}; the env has "
-                          f"{env.num_actions}")
-    buffer = to_replay_buffer(data, groups, device=str(device), n_step=algo_cfg.n_step, gamma=algo_cfg.gamma)
+    buffer = dataset_buffer(data, env.observation_shapes, env.num_actions, source=path, groups=groups,
+                            device=str(device), n_step=algo_cfg.n_step, gamma=algo_cfg.gamma)
     print(f"offline data: {len(buffer)} transitions from {data.num_episodes} episodes in {path}")
     return buffer
 
@@ -275,7 +262,8 @@ def offline_runner(env: Any, cfg: dict[str, Any], algo_cfg: Any, run_cfg: Offlin
                    device: torch.device):
     """The offline runner with its algorithm and the dataset's buffer (checked against the env)."""
     from robolearn.data.formats import load_dataset
-    from robolearn.runners.offline import OfflineRunner, dataset_buffer, reference_returns
+    from robolearn.data.replay import dataset_buffer
+    from robolearn.runners.offline import OfflineRunner, reference_returns
 
     path = resolve_dataset(cfg["dataset"])
     data = load_dataset(path)
@@ -285,7 +273,8 @@ def offline_runner(env: Any, cfg: dict[str, Any], algo_cfg: Any, run_cfg: Offlin
         extras["mc_returns"] = torch.as_tensor(algo.dataset_returns(data.rewards, data.step_starts))
     if hasattr(algo, "dataset_next_actions"):  # ReBRAC's critic penalty: the dataset's next action
         extras["next_actions"] = torch.as_tensor(algo.dataset_next_actions(data.actions, data.step_starts))
-    buffer = dataset_buffer(data, env, str(path), device, algo_cfg.gamma, extras)
+    buffer = dataset_buffer(data, env.observation_shapes, env.num_actions, source=path, task=env.task.name,
+                            device=str(device), gamma=algo_cfg.gamma, extras=extras)
     algo.fit_state_normalizer(buffer.obs["policy"][:buffer.filled])  # normalize_states (a resume restores the same)
     print(f"dataset: {len(buffer)} transitions from {data.num_episodes} episodes in {path}")
     return OfflineRunner(env, algo, buffer, run_dir, cfg, run_cfg, reference_returns(data, env.task.name), seed=seed,
