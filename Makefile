@@ -25,7 +25,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/sim_throughput.py
+	$(BIN)/python benchmarks/speed/sim_throughput.py
 
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict -d site

@@ -1,0 +1,1 @@
+"""Benchmark scripts (peers/, speed/, studies/) and what they share (common.py); see benchmarks/README.md."""

@@ -6,6 +6,7 @@ class), built from the algorithm registry (`robolearn.algos.base`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from robolearn.algos.base import AlgoSpec, registry, spec
@@ -95,9 +96,30 @@ def online_config(algo_config: type) -> type:
     return _ONLINE_CONFIGS[algo_config]
 
 
-#: algo.name -> (its schema in the `algo` group, the algorithm's config class), for every algorithm in the registry
-#: (`robolearn.algos.base`).
-ALGORITHMS: dict[str, tuple[type, type]] = {name: (_schema(algo), algo.config) for name, algo in registry().items()}
+class _AlgorithmTable(Mapping):
+    """algo.name -> (its schema in the `algo` group, the algorithm's config class), for every algorithm in the
+    registry (`robolearn.algos.base`), including those registered after import (a plug-in's)."""
+
+    def __init__(self) -> None:
+        self._schemas: dict[str, tuple[type, type]] = {}
+
+    def _table(self) -> dict[str, tuple[type, type]]:
+        for name, algo in registry().items():
+            if name not in self._schemas or self._schemas[name][1] is not algo.config:
+                self._schemas[name] = (_schema(algo), algo.config)
+        return self._schemas
+
+    def __getitem__(self, name: str) -> tuple[type, type]:
+        return self._table()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+ALGORITHMS: Mapping[str, tuple[type, type]] = _AlgorithmTable()
 
 
 def algo_config(algo: dict[str, Any], online: bool = False) -> Any:

@@ -6,8 +6,8 @@ threads and physics steps: the C engine with nothing around it. The ratio says w
 environment layer costs. Cold start (process start to first step done) is measured in fresh
 subprocesses, once with an empty JAX compilation cache and once with it warm.
 
-    python benchmarks/sim_throughput.py                      # CPU defaults, writes results/*.json
-    python benchmarks/sim_throughput.py --backends mjx --num-envs 4096 16384   # on a GPU
+    python benchmarks/speed/sim_throughput.py                    # CPU defaults, writes results/*.json
+    python benchmarks/speed/sim_throughput.py backends=[mjx] num_envs=[4096,16384]   # on a GPU
 
 Targets (issue 2): C backend within 20% of raw rollout at 1024 envs; cold start < 30 s, warm < 5 s;
 on a GPU, MJX cartpole-balance at 16384 envs >= 10M env-steps/s.
@@ -15,10 +15,9 @@ on a GPU, MJX cartpole-balance at 16384 envs >= 10M env-steps/s.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -32,36 +31,22 @@ from mujoco import rollout
 
 import sim
 
-RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repo root, for `benchmarks`
+from benchmarks.common import RESULTS, settings, write_result  # noqa: E402
 
 
-def machine_info() -> dict:
-    import jax
+@dataclasses.dataclass
+class Settings:
+    """What `sim_throughput` measures (`key=value` on the command line)."""
 
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info = {
-        "cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-        "mujoco": mujoco.__version__, "jax": jax.__version__, "jax_backend": jax.default_backend(),
-        "torch": torch.__version__,
-    }
-    if jax.default_backend() == "gpu":
-        info["gpu"] = str(jax.devices()[0].device_kind)
-    return info
-
-
-def write_result(out: Path, name: str, fields: dict) -> None:
-    """Write a benchmark's JSON result with the date and machine info."""
-    result = {"benchmark": name, "date": time.strftime("%Y-%m-%d"), "machine": machine_info(), **fields}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    tasks: list[str] = dataclasses.field(default_factory=lambda: list(sim.list_tasks()))
+    backends: list[str] = dataclasses.field(default_factory=lambda: ["mujoco", "mjx"])
+    num_envs: list[int] = dataclasses.field(default_factory=lambda: [64, 1024])
+    mjx_cpu_num_envs: int = 256     # MJX on a CPU is slow: one size only
+    steps: int = 200                # timed steps per configuration
+    nthread: int = dataclasses.field(default_factory=lambda: os.cpu_count() or 1)
+    cold_start: bool = True         # also time process start to first step (fresh subprocesses)
+    out: str | None = None          # null: results/sim_throughput_{cpu,gpu}.json
 
 
 def time_vecenv(task: str, backend: str, num_envs: int, steps: int, nthread: int | None) -> dict:
@@ -138,16 +123,7 @@ def cold_start(task: str, backend: str, num_envs: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tasks", nargs="+", default=sim.list_tasks())
-    ap.add_argument("--backends", nargs="+", default=["mujoco", "mjx"])
-    ap.add_argument("--num-envs", nargs="+", type=int, default=[64, 1024])
-    ap.add_argument("--mjx-cpu-num-envs", type=int, default=256, help="MJX on a CPU is slow: one size only")
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--nthread", type=int, default=os.cpu_count())
-    ap.add_argument("--no-cold-start", action="store_true")
-    ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args()
+    args = settings(Settings, __doc__)
 
     import jax
 
@@ -169,7 +145,7 @@ def main() -> None:
                 print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
 
     cold = []
-    if not args.no_cold_start:
+    if args.cold_start:
         for backend in args.backends:
             c = {"task": "cartpole-balance", "backend": backend, "num_envs": 1024 if backend == "mujoco" else 256}
             c.update(cold_start(c["task"], backend, c["num_envs"]))

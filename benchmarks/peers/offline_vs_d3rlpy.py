@@ -5,8 +5,8 @@ transitions; `robolearn collect env=cheetah-run kind=expert policy=reference epi
 samples it through `to_replay_buffer`, d3rlpy gets the same arrays (observations, actions, rewards, terminals,
 timeouts) through a temporary ``.npz`` (no pickle) built into a `d3rlpy.dataset.MDPDataset` (each timed-out episode
 carries its final observation as one extra row, so d3rlpy holds exactly the same transitions; see
-`benchmarks/dataset_io.py`). Same networks (2 hidden layers, 256 by default), batch 256, Adam, gamma 0.99, tau 0.005,
-no observation normalisation in either, and the same key hyperparameters:
+`benchmarks/speed/dataset_io.py`). Same networks (2 hidden layers, 256 by default), batch 256, Adam, gamma 0.99,
+tau 0.005, no observation normalisation in either, and the same key hyperparameters:
 
 - IQL: expectile 0.7, beta (d3rlpy ``weight_temp``) 3, weights clipped at 100, lr 3e-4 everywhere, the actor's
   cosine decay over 1M steps in both (robolearn ``actor_lr_decay_steps``, d3rlpy ``CosineAnnealingLRFactory``);
@@ -22,10 +22,10 @@ Both processes run ``torch.set_num_threads(1)`` (and one inter-op thread): singl
    sampling its batch from its own library's buffer and taking one gradient step: robolearn
    ``algo.update(buffer.sample(256, gen), gen)``; d3rlpy ``algo.update(dataset.sample_transition_batch(256))``.
    That is exactly the inner loop of d3rlpy's ``fit`` without its per-step metric logging and progress bar, so
-   the direct loop is the fairer (if anything d3rlpy-favouring) choice; ``--time-fit`` also times ``fit`` itself.
+   the direct loop is the fairer (if anything d3rlpy-favouring) choice; ``time_fit=true`` also times ``fit`` itself.
    Batch sampling alone is timed too (both libraries), to split sampling from the update.
-2. Final normalised score after ``--score-steps`` gradient steps per algorithm (default network 64x64 for the
-   scores, to fit a modest run on a CPU; ``--score-hidden 256 256`` for the paper networks): both policies are
+2. Final normalised score after ``score_steps`` gradient steps per algorithm (default network 64x64 for the
+   scores, to fit a modest run on a CPU; ``score_hidden=[256,256]`` for the paper networks): both policies are
    evaluated by the same code in OUR simulator, ``sim.make(task, num_envs=episodes, backend="mujoco",
    seed=...)``, deterministically (robolearn ``algo.act(..., deterministic=True)``, d3rlpy ``algo.predict(obs)``,
    answered by the d3rlpy process over its pipe), normalised with the dataset's ``ref_min_score`` /
@@ -44,11 +44,11 @@ nothing of robolearn)::
     python3.11 -m venv /tmp/d3venv && /tmp/d3venv/bin/pip install torch==2.13.0 d3rlpy==2.8.1
     .venv/bin/robolearn collect env=cheetah-run kind=expert policy=reference episodes=100 env.num_envs=100 \\
         out=/work/bench_data/cheetah-run-expert-v0 progress=false
-    .venv/bin/python benchmarks/offline_vs_d3rlpy.py --d3rlpy-python /tmp/d3venv/bin/python \\
-        --dataset /work/bench_data/cheetah-run-expert-v0 --time-fit
+    .venv/bin/python benchmarks/peers/offline_vs_d3rlpy.py d3rlpy_python=/tmp/d3venv/bin/python \\
+        dataset=/work/bench_data/cheetah-run-expert-v0 time_fit=true
 
 (``results/offline_vs_d3rlpy_cpu.json``: that command, 32 minutes on a shared 2-core machine at load 4-6, 11 of
-them the speed table, the rest the six trainings; ``--skip-scores`` for the speed table alone.)
+them the speed table, the rest the six trainings; ``skip_scores=true`` for the speed table alone.)
 
 Known differences that stay (each library's own design): d3rlpy's IQL actor has a state-independent log-std and
 fits its critics and value with one optimizer (robolearn: a state-dependent log-std head, separate optimizers);
@@ -60,12 +60,9 @@ each library's own, so these differences show up there.
 
 from __future__ import annotations
 
-import argparse
-import gc
-import json
+import dataclasses
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -74,12 +71,56 @@ from typing import Any
 
 import numpy as np
 
-RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repo root, for `benchmarks`
+from benchmarks.common import (  # noqa: E402
+    RESULTS,
+    WorkerProcess,
+    episode_returns,
+    serve,
+    settings,
+    timed_loop,
+    write_result,
+)
+
 BATCH = 256
 ALGOS = ("iql", "cql", "td3_bc")
 NAMES = {"iql": "IQL", "cql": "CQL", "td3_bc": "TD3+BC"}
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm"}
 D3RLPY_ARRAYS = ("observations", "actions", "rewards", "terminals", "timeouts")
+WORKER_FLAG = "--d3rlpy-worker"  # this file as the d3rlpy side (internal: the parent starts it)
+
+
+@dataclasses.dataclass
+class Settings:
+    """The dataset, the measurements and the two processes (`key=value` on the command line). Both libraries'
+    hyperparameters are fixed to the same recipe per algorithm (the module docstring; `robolearn_algo`,
+    `d3rlpy_config`): what varies here is the network width, the budgets and the evaluation."""
+
+    dataset: str = "/work/bench_data/cheetah-run-expert-v0"  # a robolearn dataset (any format it reads)
+    algos: list[str] = dataclasses.field(default_factory=lambda: list(ALGOS))  # of ALGOS
+    speed_widths: list[int] = dataclasses.field(default_factory=lambda: [256, 64])  # hidden width(s) of the
+    #                                 2-layer networks for the speed table (the first for % of peak)
+    updates: int = 1000             # timed IQL / TD3+BC updates per round
+    cql_updates: int = 100          # timed CQL updates per round (a CQL step is ~14x an IQL step's FLOPs)
+    rounds: int = 3                 # interleaved rounds; the median counts
+    sample_batches: int = 500
+    time_fit: bool = False          # also time d3rlpy's fit() over the same updates (first width, once)
+    profile_updates: int = 20       # updates under torch.profiler (CQL: a tenth)
+    score_steps: int = 20_000       # IQL / TD3+BC gradient steps for the scores
+    cql_score_steps: int = 5_000    # CQL gradient steps for the scores (0: none)
+    score_hidden: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
+    eval_every: int = 5_000
+    eval_episodes: int = 10
+    eval_seed: int = 1000
+    seeds: list[int] = dataclasses.field(default_factory=lambda: [0])
+    d3rlpy_malloc_tuned: bool = False  # give d3rlpy's process the glibc malloc thresholds robolearn sets for
+    #                                    itself (robolearn.core.cpu)
+    robolearn_malloc_default: bool = False  # leave robolearn's process on glibc's default malloc thresholds
+    skip_speed: bool = False
+    skip_scores: bool = False
+    d3rlpy_python: str | None = dataclasses.field(default_factory=lambda: os.environ.get("D3RLPY_PYTHON"))
+    #                                 python of a venv with d3rlpy (see the module docstring); required
+    out: str = str(RESULTS / "offline_vs_d3rlpy_cpu.json")
 
 
 # --- shared by both processes (numpy and torch only) ------------------------------------------------------------
@@ -154,14 +195,6 @@ def profile_summary(step: Any, n: int, top: int = 10) -> dict[str, Any]:
             "ops_per_step": sum(e.count for e in events) / n, "top_ops": rows}
 
 
-def timed_loop(fn: Any, n: int) -> float:
-    gc.collect()
-    start = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return time.perf_counter() - start
-
-
 # --- the d3rlpy side: runs under the d3rlpy venv's interpreter, imports nothing of robolearn -------------------
 
 def d3rlpy_config(algo: str, hidden: list[int]) -> Any:
@@ -192,124 +225,85 @@ def d3rlpy_config(algo: str, hidden: list[int]) -> Any:
 
 def d3rlpy_worker() -> None:
     """Serve JSON commands, one per line; d3rlpy's logs go to stderr."""
-    reply_to = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # d3rlpy logs through structlog to stdout: keep stdout for the replies
+    serve(d3rlpy_handler)
+
+
+def d3rlpy_handler() -> Any:
+    """The d3rlpy side's command handler: load the dataset, build, time, train and query algorithms by key."""
     single_thread()
+    import gc
     import importlib.metadata
 
     import d3rlpy
     import torch
     from d3rlpy.dataset import MDPDataset
 
-    dataset = None
+    state: dict[str, Any] = {"dataset": None}
     algos: dict[str, Any] = {}
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        op = cmd["op"]
-        if op == "quit":
-            break
-        try:
-            if op == "load":
-                with np.load(cmd["path"], allow_pickle=False) as f:
-                    a = {k: f[k] for k in D3RLPY_ARRAYS}
-                dataset = MDPDataset(a["observations"], a["actions"], a["rewards"], a["terminals"], a["timeouts"])
-                reply: dict[str, Any] = {
-                    "transitions": dataset.transition_count, "episodes": len(dataset.episodes),
+
+    def update(key: str) -> Any:
+        """One gradient step of algorithm `key` on a batch it samples (what `fit` does per step)."""
+        algo, dataset = algos[key], state["dataset"]
+        return lambda: algo.update(dataset.sample_transition_batch(BATCH))
+
+    def handle(cmd: dict) -> dict:
+        op, dataset = cmd["op"], state["dataset"]
+        if op == "load":
+            with np.load(cmd["path"], allow_pickle=False) as f:
+                a = {k: f[k] for k in D3RLPY_ARRAYS}
+            dataset = state["dataset"] = MDPDataset(a["observations"], a["actions"], a["rewards"], a["terminals"],
+                                                    a["timeouts"])
+            return {"transitions": dataset.transition_count, "episodes": len(dataset.episodes),
                     "versions": {p: importlib.metadata.version(p) for p in ("d3rlpy", "torch", "numpy", "gymnasium")},
                     "python": sys.version.split()[0], "torch_threads": torch.get_num_threads(),
                     "torch_interop_threads": torch.get_num_interop_threads()}
-            elif op == "build":
-                assert dataset is not None, "load first"
-                d3rlpy.seed(cmd["seed"])
-                np.random.seed(cmd["seed"])  # d3rlpy samples with the global numpy generator
-                algo = d3rlpy_config(cmd["algo"], cmd["hidden"]).create(device="cpu:0")
-                algo.build_with_dataset(dataset)
-                algos[cmd["key"]] = algo
-                reply = {}
-            elif op == "sgemm":
-                reply = sgemm_gflops(cmd.get("seconds", 1.0))
-            elif op == "time":
-                algo = algos[cmd["key"]]
-                reply = {"s": timed_loop(lambda algo=algo, ds=dataset: algo.update(ds.sample_transition_batch(BATCH)),
-                                         cmd["n"])}
-            elif op == "time_sample":
-                reply = {"s": timed_loop(lambda ds=dataset: ds.sample_transition_batch(BATCH), cmd["n"])}
-            elif op == "time_fit":
-                from d3rlpy.logging import NoopAdapterFactory
+        if op == "build":
+            assert dataset is not None, "load first"
+            d3rlpy.seed(cmd["seed"])
+            np.random.seed(cmd["seed"])  # d3rlpy samples with the global numpy generator
+            algo = d3rlpy_config(cmd["algo"], cmd["hidden"]).create(device="cpu:0")
+            algo.build_with_dataset(dataset)
+            algos[cmd["key"]] = algo
+            return {}
+        if op == "sgemm":
+            return sgemm_gflops(cmd.get("seconds", 1.0))
+        if op in ("time", "train"):
+            return {"s": timed_loop(update(cmd["key"]), cmd["n"])}
+        if op == "time_sample":
+            return {"s": timed_loop(lambda: dataset.sample_transition_batch(BATCH), cmd["n"])}
+        if op == "time_fit":
+            from d3rlpy.logging import NoopAdapterFactory
 
-                algo, n = algos[cmd["key"]], cmd["n"]
-                gc.collect()
-                start = time.perf_counter()
-                algo.fit(dataset, n_steps=n, n_steps_per_epoch=n, show_progress=False,
-                         logger_adapter=NoopAdapterFactory(), save_interval=10**9)
-                reply = {"s": time.perf_counter() - start}
-            elif op == "flops":
-                algo = algos[cmd["key"]]
-                reply = count_flops(lambda algo=algo, ds=dataset: algo.update(ds.sample_transition_batch(BATCH)))
-            elif op == "profile":
-                algo = algos[cmd["key"]]
-                reply = profile_summary(lambda algo=algo, ds=dataset: algo.update(ds.sample_transition_batch(BATCH)),
-                                        cmd["n"])
-            elif op == "train":
-                algo = algos[cmd["key"]]
-                reply = {"s": timed_loop(lambda algo=algo, ds=dataset: algo.update(ds.sample_transition_batch(BATCH)),
-                                         cmd["n"])}
-            elif op == "predict":
-                obs = np.asarray(cmd["obs"], dtype=np.float32)
-                reply = {"actions": algos[cmd["key"]].predict(obs).astype(np.float32).tolist()}
-            elif op == "drop":
-                algos.pop(cmd["key"], None)
-                reply = {}
-            else:
-                reply = {"error": f"unknown op {op!r}"}
-        except Exception as e:  # noqa: BLE001  report to the parent, keep serving
-            import traceback
+            algo, n = algos[cmd["key"]], cmd["n"]
+            gc.collect()
+            start = time.perf_counter()
+            algo.fit(dataset, n_steps=n, n_steps_per_epoch=n, show_progress=False,
+                     logger_adapter=NoopAdapterFactory(), save_interval=10**9)
+            return {"s": time.perf_counter() - start}
+        if op == "flops":
+            return count_flops(update(cmd["key"]))
+        if op == "profile":
+            return profile_summary(update(cmd["key"]), cmd["n"])
+        if op == "predict":
+            obs = np.asarray(cmd["obs"], dtype=np.float32)
+            return {"actions": algos[cmd["key"]].predict(obs).astype(np.float32).tolist()}
+        if op == "drop":
+            algos.pop(cmd["key"], None)
+            return {}
+        return {"error": f"unknown op {op!r}"}
 
-            traceback.print_exc()
-            reply = {"error": f"{op}: {type(e).__name__}: {e}"}
-        reply_to.write(json.dumps(reply) + "\n")
+    return handle
 
 
-class D3rlpyWorker:
-    """The d3rlpy process: `send` a command, `recv` its reply (or `__call__` for both)."""
+def start_d3rlpy(python: str, log: Path, malloc_tuned: bool = False) -> WorkerProcess:
+    """The d3rlpy process (this file under `python`), one thread; `malloc_tuned`: with robolearn's glibc malloc
+    thresholds."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    if malloc_tuned:  # glibc reads the same thresholds robolearn.core.cpu sets from these variables
+        from robolearn.core.cpu import MMAP_BYTES, TRIM_BYTES
 
-    def __init__(self, python: str, log: Path, malloc_tuned: bool = False) -> None:
-        self.log = log
-        self._log_file = open(log, "w")  # noqa: SIM115 - closed in close()
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        if malloc_tuned:  # glibc reads the same thresholds robolearn.core.cpu sets from these variables
-            from robolearn.core.cpu import MMAP_BYTES, TRIM_BYTES
-
-            env.update(MALLOC_MMAP_THRESHOLD_=str(MMAP_BYTES), MALLOC_TRIM_THRESHOLD_=str(TRIM_BYTES))
-        self.proc = subprocess.Popen([python, str(Path(__file__).resolve()), "--d3rlpy-worker"], env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log_file, text=True)
-
-    def send(self, **cmd: Any) -> None:
-        assert self.proc.stdin
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-
-    def recv(self) -> dict:
-        assert self.proc.stdout
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the d3rlpy worker died: {self.log.read_text()[-3000:]}")
-        reply = json.loads(line)
-        if "error" in reply:
-            raise RuntimeError(f"d3rlpy worker: {reply['error']} (log: {self.log})")
-        return reply
-
-    def __call__(self, **cmd: Any) -> dict:
-        self.send(**cmd)
-        return self.recv()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin
-            self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
-            self.proc.stdin.close()
-            self.proc.wait(60)
-        self._log_file.close()
+        env.update(MALLOC_MMAP_THRESHOLD_=str(MMAP_BYTES), MALLOC_TRIM_THRESHOLD_=str(TRIM_BYTES))
+    return WorkerProcess(python, __file__, WORKER_FLAG, log, env)
 
 
 # --- the robolearn side ------------------------------------------------------------------------------------------
@@ -339,8 +333,8 @@ def robolearn_algo(algo: str, hidden: list[int], obs_dim: int, num_actions: int)
 
 def d3rlpy_arrays(data: Any) -> dict[str, np.ndarray]:
     """The dataset in d3rlpy's MDPDataset layout (one row per step; a timed-out episode keeps its o_T as one extra
-    row, a terminated one does not): `benchmarks.dataset_io.d3rlpy_arrays` on the dataset's arrays."""
-    from benchmarks.dataset_io import d3rlpy_arrays as convert
+    row, a terminated one does not): `benchmarks.speed.dataset_io.d3rlpy_arrays` on the dataset's arrays."""
+    from benchmarks.speed.dataset_io import d3rlpy_arrays as convert
 
     return convert({"observations": np.asarray(data.observations["policy"], dtype=np.float32),
                     "actions": np.asarray(data.actions, dtype=np.float32),
@@ -351,29 +345,14 @@ def d3rlpy_arrays(data: Any) -> dict[str, np.ndarray]:
 
 def evaluate(act: Any, task: str, episodes: int, seed: int) -> list[float]:
     """Returns of one episode per env of `episodes` batched envs (the C backend, one thread), deterministic `act`."""
-    import torch
-
-    import sim
-
-    env = sim.make(task, num_envs=episodes, backend="mujoco", seed=seed, nthread=1)
-    obs = env.get_observations()
-    total = torch.zeros(episodes, dtype=torch.float64)
-    running = torch.ones(episodes, dtype=torch.bool)
-    try:
-        while bool(running.any()):
-            obs, rewards, dones, _ = env.step(act(obs["policy"]))
-            total += rewards.double().cpu() * running
-            running &= ~dones.bool().cpu()
-    finally:
-        env.close()
-    return total.tolist()
+    return episode_returns(act, task, episodes, seed, backend="mujoco", nthread=1).tolist()
 
 
 def median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
-def speed(args: argparse.Namespace, worker: D3rlpyWorker, buffer: Any, dims: tuple[int, int],
+def speed(args: Settings, worker: WorkerProcess, buffer: Any, dims: tuple[int, int],
           peaks: list[dict]) -> dict:
     """Steps/s of both libraries per network width and algorithm, FLOPs per step, profiles."""
     import torch
@@ -440,14 +419,16 @@ def speed(args: argparse.Namespace, worker: D3rlpyWorker, buffer: Any, dims: tup
     return out
 
 
-def scores(args: argparse.Namespace, worker: D3rlpyWorker, buffer: Any, dims: tuple[int, int], task: str,
+def scores(args: Settings, worker: WorkerProcess, buffer: Any, dims: tuple[int, int], task: str,
            ref: tuple[float, float] | None) -> dict:
     """Both libraries train each algorithm for `score_steps` (at the same time, one core each), evaluated every
     `eval_every` steps by the same code in our simulator."""
     import torch
 
+    from robolearn.eval.scores import normalized_score
+
     def normalise(ret: float) -> float | None:
-        return None if ref is None else 100.0 * (ret - ref[0]) / (ref[1] - ref[0])
+        return None if ref is None else normalized_score(ret, *ref)
 
     out: dict[str, Any] = {}
     for algo in args.algos:
@@ -502,46 +483,15 @@ def scores(args: argparse.Namespace, worker: D3rlpyWorker, buffer: Any, dims: tu
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dataset", default="/work/bench_data/cheetah-run-expert-v0",
-                    help="a robolearn dataset (any format robolearn.data.formats reads)")
-    ap.add_argument("--algos", nargs="+", choices=ALGOS, default=list(ALGOS))
-    ap.add_argument("--speed-widths", type=int, nargs="*", default=[256, 64],
-                    help="hidden width(s) of the 2-layer networks for the speed table (the first for %% of peak)")
-    ap.add_argument("--updates", type=int, default=1000, help="timed IQL / TD3+BC updates per round")
-    ap.add_argument("--cql-updates", type=int, default=100,
-                    help="timed CQL updates per round (a CQL step is ~14x an IQL step's FLOPs: 30 sampled actions)")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median counts")
-    ap.add_argument("--sample-batches", type=int, default=500)
-    ap.add_argument("--time-fit", action="store_true",
-                    help="also time d3rlpy's fit() over the same updates (first width, once)")
-    ap.add_argument("--profile-updates", type=int, default=20, help="updates under torch.profiler (CQL: a tenth)")
-    ap.add_argument("--score-steps", type=int, default=20_000, help="IQL / TD3+BC gradient steps for the scores")
-    ap.add_argument("--cql-score-steps", type=int, default=5_000, help="CQL gradient steps for the scores (0: none)")
-    ap.add_argument("--score-hidden", type=int, nargs="+", default=[64, 64])
-    ap.add_argument("--eval-every", type=int, default=5_000)
-    ap.add_argument("--eval-episodes", type=int, default=10)
-    ap.add_argument("--eval-seed", type=int, default=1000)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
-    ap.add_argument("--d3rlpy-malloc-tuned", action="store_true",
-                    help="give d3rlpy's process the glibc malloc thresholds robolearn sets for itself "
-                         "(robolearn.core.cpu)")
-    ap.add_argument("--robolearn-malloc-default", action="store_true",
-                    help="leave robolearn's process on glibc's default malloc thresholds")
-    ap.add_argument("--skip-speed", action="store_true")
-    ap.add_argument("--skip-scores", action="store_true")
-    ap.add_argument("--d3rlpy-python", default=os.environ.get("D3RLPY_PYTHON"),
-                    help="python of a venv with d3rlpy (see the module docstring); default $D3RLPY_PYTHON")
-    ap.add_argument("--out", type=Path, default=RESULTS / "offline_vs_d3rlpy_cpu.json")
-    ap.add_argument("--d3rlpy-worker", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.d3rlpy_worker:
+    if sys.argv[1:] == [WORKER_FLAG]:
         d3rlpy_worker()
         return
+    args = settings(Settings, __doc__)
     if not args.d3rlpy_python:
-        ap.error("--d3rlpy-python (or $D3RLPY_PYTHON) is required: see the module docstring")
+        sys.exit("d3rlpy_python= (or $D3RLPY_PYTHON) is required: see the module docstring")
+    if set(args.algos) - set(ALGOS):
+        sys.exit(f"algos= takes names of {ALGOS}, not {args.algos}")
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find the benchmarks package
     single_thread()
     import importlib.metadata
 
@@ -551,16 +501,15 @@ def main() -> None:
 
     import torch
 
-    from benchmarks.sim_throughput import write_result
     from robolearn.data.dataset import to_replay_buffer
     from robolearn.data.formats import load_dataset
-    from robolearn.runners.offline import reference_returns
+    from robolearn.eval.scores import reference_returns
 
     started = time.perf_counter()
     loadavg = {"start": os.getloadavg()}
     data = load_dataset(args.dataset)
     task = data.metadata.get("task")
-    ref = reference_returns(data, task) if task else None
+    ref = reference_returns(data.metadata, task) if task else None
     buffer = to_replay_buffer(data, ["policy"], gamma=0.99)
     dims = (int(data.observations["policy"].shape[1]), int(data.actions.shape[1]))
     n = len(data.rewards)
@@ -568,7 +517,7 @@ def main() -> None:
           f"load average {loadavg['start'][0]:.2f}", flush=True)
 
     workdir = Path(tempfile.mkdtemp(prefix="offline_vs_d3rlpy."))
-    worker = D3rlpyWorker(args.d3rlpy_python, workdir / "d3rlpy_worker.log", args.d3rlpy_malloc_tuned)
+    worker = start_d3rlpy(args.d3rlpy_python, workdir / "d3rlpy_worker.log", args.d3rlpy_malloc_tuned)
     fields: dict[str, Any] = {}
     peaks: list[dict] = []
     try:
@@ -605,8 +554,7 @@ def main() -> None:
         first = fields["speed"][f"{args.speed_widths[0]}x{args.speed_widths[0]}"]
         targets["steps_per_s_3x_d3rlpy"] = {a: {"ratio": c["ratio"], "met": c["ratio"] >= 3} for a, c in first.items()}
     fields = {
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                     if k not in ("d3rlpy_worker", "out")},
+        "settings": {k: v for k, v in dataclasses.asdict(args).items() if k != "out"},
         "malloc": {"robolearn_tuned": malloc_tuned, "d3rlpy_tuned": args.d3rlpy_malloc_tuned},
         "dataset": {"path": args.dataset, "task": task, "episodes": int(data.num_episodes), "transitions": n,
                     "obs_dim": dims[0], "act_dim": dims[1], "kind": data.metadata.get("kind"),

@@ -4,12 +4,12 @@ in each view (a colour threshold) and a quadratic least-squares fit from the cen
 What a vision encoder could reach from the same frames: 64x64 views, front, side and both, frames of random-action
 episodes (the gripper anywhere), fitted on 80% of the frames where the ball shows and scored on the rest.
 
-    python benchmarks/vla_goal_centroid.py          # -> benchmarks/results/vla_goal_centroid_cpu.json
+    python benchmarks/studies/vla_goal_centroid.py      # -> benchmarks/results/vla_goal_centroid_cpu.json
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -18,14 +18,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repo root, for `benchmarks`
 
 import sim  # noqa: E402,F401  (first: it picks the headless OpenGL before mujoco loads)
-from benchmarks.sim_throughput import machine_info  # noqa: E402
-from benchmarks.vla_goal_source_probe import GOAL  # noqa: E402
+from benchmarks.common import RESULTS, machine_info, settings  # noqa: E402
+from benchmarks.studies.vla_goal_source_probe import GOAL  # noqa: E402
 from robolearn.algos.chunk.vla import collect_views  # noqa: E402
 
-OUT = Path(__file__).parent / "results"
+
+@dataclasses.dataclass
+class Settings:
+    """The frames and where the fits go (`key=value` on the command line)."""
+
+    episodes: int = 400             # random-action episodes of arm-reach
+    length: int = 10                # steps per random-action episode
+    size: int = 64
+    seed: int = 3
+    out: str = str(RESULTS / "vla_goal_centroid_cpu.json")
 
 
 def centroids(frames: np.ndarray, views: int) -> np.ndarray:
@@ -51,20 +60,14 @@ def quadratic(x: np.ndarray) -> np.ndarray:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=400)
-    parser.add_argument("--length", type=int, default=10, help="steps per random-action episode")
-    parser.add_argument("--size", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=3)
-    parser.add_argument("--out", default=str(OUT / "vla_goal_centroid_cpu.json"))
-    args = parser.parse_args()
+    args = settings(Settings, __doc__)
     torch.set_num_threads(1)
     began = time.perf_counter()
     data = collect_views("arm-reach", args.episodes, args.size, args.seed, "front,side", args.length)
     index = np.asarray(data.obs_index)
     goals = np.asarray(data.observations["policy"])[index][:, GOAL]
     feats = centroids(np.asarray(data.observations["pixels"])[index], 2)
-    result = {"machine": machine_info(), "config": vars(args), "frames": len(goals),
+    result = {"machine": machine_info(), "config": dataclasses.asdict(args), "frames": len(goals),
               "collect_s": time.perf_counter() - began, "goal_std_cm": (goals.std(0) * 100).tolist(),
               "hidden_fraction": {"front": float(np.mean(feats[:, 0, 2] == 0)),
                                   "side": float(np.mean(feats[:, 1, 2] == 0))}, "fits": {}}

@@ -2,37 +2,38 @@
 
 Question: when one of our learners scores differently from CORL's table on our data, is it our code or the
 algorithm on this data? Both train on the same transitions, for the same steps, from the same seed, one after
-the other in this process, one thread each. CORL's side is the file's own code (``--corl``: a checkout's
+the other in this process, one thread each. CORL's side is the file's own code (``corl=``: a checkout's
 `algorithms/offline/cql.py` or `iql.py`; its d4rl / gym / pyrallis / wandb imports stubbed since only the
-classes are used), ours is `robolearn.algos.<algo>` with its config's defaults (CORL's values):
+classes are used), ours is `robolearn.algos.offline.<algo>` with the settings ``cql`` / ``iql`` (`CQLConfig` /
+`IQLConfig`, their defaults: CORL's values), widths and reward scale set from ``hidden`` and ``reward_scale`` as
+on CORL's side:
 
-- ``--algo cql``: CORL's `ContinuousCQL` with its halfcheetah config (cql_alpha 10, 10 actions per kind,
+- ``algo=cql``: CORL's `ContinuousCQL` with its halfcheetah config (cql_alpha 10, 10 actions per kind,
   importance sampling, policy lr 3e-5, qf lr 3e-4, orthogonal init, 3 hidden layers; its hard-coded width 256
-  patched to ``--hidden``) against `robolearn.algos.offline.cql.CQL`. Logged: mean Q(s, a_data), CQL gap
+  patched to ``hidden``) against `robolearn.algos.offline.cql.CQL`. Logged: mean Q(s, a_data), CQL gap
   (logsumexp minus
   Q(s, a_data)), log pi and temperature.
-- ``--algo iql``: CORL's `ImplicitQLearning` with its halfcheetah config (expectile 0.7, beta 3, Gaussian policy
-  with a tanh'd mean and one learned log-std, cosine actor lr over 1M steps, 2 hidden layers of ``--hidden``)
+- ``algo=iql``: CORL's `ImplicitQLearning` with its halfcheetah config (expectile 0.7, beta 3, Gaussian policy
+  with a tanh'd mean and one learned log-std, cosine actor lr over 1M steps, 2 hidden layers of ``hidden``)
   against `robolearn.algos.offline.iql.IQL`. Logged: value, critic and actor losses; at each evaluation, on a fixed set
   of 2,000 samples from each half of a medium-expert dataset (the first half of its transitions is the medium
   policy's), the mean advantage per half and the expert half's share of the AWR weight.
 
-Both normalise states by the dataset's mean and std (+ 1e-3) and scale rewards by ``--reward-scale``; every
-``--eval-every`` steps each policy is scored deterministically on 10 episodes in our simulator (normalised by
-the dataset's reference returns).
+Both normalise states by the dataset's mean and std (+ 1e-3) and scale rewards by ``reward_scale`` (one run per
+value); every ``eval_every`` steps each policy is scored deterministically on 10 episodes in our simulator
+(normalised by the dataset's reference returns).
 
     git clone https://github.com/tinkoff-ai/CORL /tmp/CORL   # (any checkout of its algorithms/offline/)
-    .venv/bin/python benchmarks/offline_vs_corl.py --algo cql --corl /tmp/CORL/algorithms/offline/cql.py \\
-        --dataset data/d4rl-like/cheetah-run-medium-replay-v0 --steps 5000
-    .venv/bin/python benchmarks/offline_vs_corl.py --algo iql --corl /tmp/CORL/algorithms/offline/iql.py \\
-        --dataset data/d4rl-like/cheetah-run-medium-expert-v0 --steps 50000 --eval-every 10000 --reward-scale 20
+    .venv/bin/python benchmarks/peers/offline_vs_corl.py algo=cql corl=/tmp/CORL/algorithms/offline/cql.py \\
+        dataset=data/d4rl-like/cheetah-run-medium-replay-v0 steps=5000
+    .venv/bin/python benchmarks/peers/offline_vs_corl.py algo=iql corl=/tmp/CORL/algorithms/offline/iql.py \\
+        dataset=data/d4rl-like/cheetah-run-medium-expert-v0 steps=50000 eval_every=10000 reward_scale=[20]
 
 Results: ``results/cql_vs_corl_cpu.json``, ``results/iql_vs_corl_cpu.json``.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib.util
 import json
@@ -43,9 +44,31 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from omegaconf import MISSING
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.sim_throughput import machine_info  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repo root, for `benchmarks`
+from benchmarks.common import RESULTS, machine_info, settings  # noqa: E402
+from robolearn.algos.offline.cql import CQLConfig  # noqa: E402
+from robolearn.algos.offline.iql import IQLConfig  # noqa: E402
+
+
+@dataclasses.dataclass
+class Settings:
+    """The algorithm, both sides and the schedule (`key=value` on the command line)."""
+
+    algo: str = "cql"               # cql | iql
+    corl: str = MISSING             # path to CORL's algorithms/offline/<algo>.py (required)
+    dataset: str = "data/d4rl-like/cheetah-run-medium-replay-v0"
+    steps: int = 5000
+    hidden: int = 64                # layer width of both sides (CQL: 3 layers, IQL: 2)
+    reward_scale: list[float] = dataclasses.field(default_factory=lambda: [1.0])  # one run per value, both sides
+    log_every: int = 500
+    eval_every: int = 5000
+    seed: list[int] = dataclasses.field(default_factory=lambda: [0])
+    sides: list[str] = dataclasses.field(default_factory=lambda: ["corl", "robolearn"])
+    cql: CQLConfig = dataclasses.field(default_factory=CQLConfig)  # robolearn's side (algo=cql)
+    iql: IQLConfig = dataclasses.field(default_factory=IQLConfig)  # robolearn's side (algo=iql)
+    out: str | None = None          # null: benchmarks/results/<algo>_vs_corl_cpu.json
 
 
 def load_corl(path: str, hidden: int) -> types.ModuleType:
@@ -129,24 +152,26 @@ def corl_side(algo_name: str, corl: types.ModuleType, batches: tuple[torch.Tenso
     return step, types.SimpleNamespace(act=policy_act), raw_adv
 
 
-def robolearn_side(algo_name: str, data, hidden: int, scale: float, gen: torch.Generator):
-    """robolearn's learner (its config's defaults: CORL's values) with `hidden`-wide layers (CQL: 3 layers,
-    IQL: 2): a one-step function, the algorithm (its own `act`) and an advantage function (IQL)."""
-    from robolearn.algos.offline.cql import CQL, CQLConfig
-    from robolearn.algos.offline.iql import IQL, IQLConfig
+def robolearn_side(args: Settings, data, scale: float, gen: torch.Generator):
+    """robolearn's learner (`args.cql` / `args.iql`, by default their config's defaults: CORL's values) with
+    `args.hidden`-wide layers (CQL: 3 layers, IQL: 2) and rewards times `scale`: a one-step function, the algorithm
+    (its own `act`) and an advantage function (IQL)."""
+    from robolearn.algos.offline.cql import CQL
+    from robolearn.algos.offline.iql import IQL
     from robolearn.data.dataset import to_replay_buffer
 
     buffer = to_replay_buffer(data, ["policy"])
     sd, ad = buffer.obs["policy"].shape[-1], buffer.actions.shape[-1]
-    if algo_name == "cql":
-        widths = (hidden,) * 3
-        algo = CQL(sd, ad, CQLConfig(actor_hidden=widths, critic_hidden=widths, reward_scale=scale))
+    if args.algo == "cql":
+        widths = (args.hidden,) * 3
+        algo = CQL(sd, ad, dataclasses.replace(args.cql, actor_hidden=widths, critic_hidden=widths,
+                                               reward_scale=scale))
         names = {"q_data": "q_mean", "gap": "cql_gap", "log_pi": "entropy", "alpha": "alpha"}
         advantage = None
     else:
-        widths = (hidden,) * 2
-        algo = IQL(sd, ad, IQLConfig(actor_hidden=widths, critic_hidden=widths, value_hidden=widths,
-                                     reward_scale=scale))
+        widths = (args.hidden,) * 2
+        algo = IQL(sd, ad, dataclasses.replace(args.iql, actor_hidden=widths, critic_hidden=widths,
+                                               value_hidden=widths, reward_scale=scale))
         names = {k: k for k in ("value_loss", "critic_loss", "actor_loss")}
 
         def advantage(obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -175,20 +200,10 @@ def weight_split(advantage, obs: torch.Tensor, actions: torch.Tensor, beta: floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--algo", choices=("cql", "iql"), default="cql")
-    parser.add_argument("--corl", required=True, help="path to CORL's algorithms/offline/<algo>.py")
-    parser.add_argument("--dataset", default="data/d4rl-like/cheetah-run-medium-replay-v0")
-    parser.add_argument("--steps", type=int, default=5000)
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--reward-scale", type=float, nargs="+", default=[1.0])
-    parser.add_argument("--log-every", type=int, default=500)
-    parser.add_argument("--eval-every", type=int, default=5000)
-    parser.add_argument("--seed", type=int, nargs="+", default=[0])
-    parser.add_argument("--sides", nargs="+", choices=("corl", "robolearn"), default=["corl", "robolearn"])
-    parser.add_argument("--out", default=None, help="default: benchmarks/results/<algo>_vs_corl_cpu.json")
-    args = parser.parse_args()
-    out = Path(args.out or f"benchmarks/results/{args.algo}_vs_corl_cpu.json")
+    args = settings(Settings, __doc__)
+    if args.algo not in ("cql", "iql") or set(args.sides) - {"corl", "robolearn"}:
+        sys.exit(f"algo= takes cql or iql (got {args.algo!r}), sides= corl and/or robolearn (got {args.sides})")
+    out = Path(args.out or RESULTS / f"{args.algo}_vs_corl_cpu.json")
     torch.set_num_threads(1)
 
     from robolearn.config import EnvConfig, make_env
@@ -224,7 +239,7 @@ def main() -> None:
                     step, policy, advantage = corl_side(args.algo, corl, batches, (state_mean, state_std),
                                                         args.hidden, gen)
                 else:
-                    step, policy, advantage = robolearn_side(args.algo, data, args.hidden, scale, gen)
+                    step, policy, advantage = robolearn_side(args, data, scale, gen)
                 rows, start = [], time.perf_counter()
                 acc: dict[str, list[float]] = {}
                 for it in range(1, args.steps + 1):

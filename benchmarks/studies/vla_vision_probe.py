@@ -5,13 +5,17 @@ from them the same way (flow matching on chunks, same action expert, same steps)
 - `vla_goal`: the VLA given the goal's coordinates beside its proprioception (`state_dim` 21): vision optional;
 - `vla_<camera>_<size>`: the VLA from pixels only (proprioception 15), per camera setting and frame size.
 
-    python benchmarks/vla_vision_probe.py --task arm-reach          # -> benchmarks/results/vla_vision_probe_cpu.json
-    python benchmarks/vla_vision_probe.py --demos 10 --steps 200    # a quick look
+    python benchmarks/studies/vla_vision_probe.py task=arm-reach    # -> benchmarks/results/vla_vision_probe_cpu.json
+    python benchmarks/studies/vla_vision_probe.py demos=10 vla.steps=200 out=/tmp/probe   # a quick look
+
+`vla` is every VLA's config (`VLAConfig`; here BC for 2,000 steps on 15 proprioception values), its `camera` and
+`state_dim` set per entry of `views` (camera[:size[:goal]], cameras tiled by "+"; ":goal" gives the VLA the goal,
+`state_dim` 21); the state flow policy is cloned with the same chunk, flow steps and BC steps. `seed` sets the seeds.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -20,41 +24,37 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repo root, for `benchmarks`
 
 import sim  # noqa: E402  (first: it picks the headless OpenGL before mujoco loads)
-from benchmarks.sim_throughput import machine_info  # noqa: E402
+from benchmarks.common import RESULTS, machine_info, settings  # noqa: E402
+from robolearn.algos.chunk.vla import VLAConfig  # noqa: E402
 
-OUT = Path(__file__).parent / "results"
+
+@dataclasses.dataclass
+class Settings:
+    """The task, the demos, the variants and the VLA (`key=value` on the command line)."""
+
+    task: str = "arm-reach"
+    demos: int = 50
+    views: list[str] = dataclasses.field(default_factory=lambda: ["side:32", "side:32:goal", "front+side:48"])
+    #                                 VLA variants: camera[:size[:goal]]; cameras tiled by '+'
+    pretrain_random: int = 0        # + random-action episodes' frames for pre-training (train_vla_bc pretrain_views)
+    pretrain_random_length: int = 10  # their length in steps
+    eval_envs: int = 50
+    seed: int = 0
+    vla: VLAConfig = dataclasses.field(default_factory=lambda: VLAConfig(steps=2000, state_dim=15))
+    #                                 state_dim: the VLA's proprioception, the first N of the policy group (6: joint
+    #                                 angles and opening, no velocities; 15: + velocities and grasp point)
+    out: str = str(RESULTS / "vla_vision_probe_cpu")  # <out>.json
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", default="arm-reach")
-    parser.add_argument("--demos", type=int, default=50)
-    parser.add_argument("--steps", type=int, default=2000, help="BC steps of every policy")
-    parser.add_argument("--views", default="side:32,side:32:goal,front+side:48",
-                        help="VLA variants, comma-separated camera[:size[:goal]]; cameras tiled by '+' ")
-    parser.add_argument("--shift", type=int, default=0, help="random-shift augmentation of the VLA's frames (pixels)")
-    parser.add_argument("--state-dim", type=int, default=15,
-                        help="the VLA's proprioception: the first N of the policy group (6: joint angles and opening, "
-                             "no velocities; 15: + velocities and grasp point)")
-    parser.add_argument("--pretrain-steps", type=int, default=0, help="vision pre-training on privileged state")
-    parser.add_argument("--freeze-vision", action="store_true", help="keep the encoder fixed during BC")
-    parser.add_argument("--stem-stride", type=int, default=1, help="the VLA CNN's first stride")
-    parser.add_argument("--fine-keypoints", type=int, default=0, help="pointing maps on the CNN stem (VLAConfig)")
-    parser.add_argument("--pretrain-random", type=int, default=0,
-                        help="+ random-action episodes' frames for pre-training (train_vla_bc pretrain_views)")
-    parser.add_argument("--pretrain-random-length", type=int, default=10, help="their length in steps")
-    parser.add_argument("--eval-envs", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=str(OUT / "vla_vision_probe_cpu"))
-    args = parser.parse_args()
+    args = settings(Settings, __doc__)
     torch.set_num_threads(1)
     from robolearn.algos.chunk.chunk_bc import ChunkBCConfig, train_chunk_bc
     from robolearn.algos.chunk.vla import (
         ARM_INSTRUCTIONS,
-        VLAConfig,
         VLAEnv,
         camera,
         collect_demos,
@@ -64,7 +64,8 @@ def main() -> None:
     from robolearn.runners.flow import evaluate_flow
 
     words = ARM_INSTRUCTIONS[args.task]
-    results: dict = {"machine": machine_info(), "config": vars(args), "variants": {}}
+    results: dict = {"machine": machine_info(), "config": dataclasses.asdict(args), "variants": {}}
+    vla = dataclasses.replace(args.vla, seed=args.seed)
 
     def record(name: str, value: dict) -> None:
         results["variants"][name] = value
@@ -72,7 +73,7 @@ def main() -> None:
         Path(args.out + ".json").write_text(json.dumps(results, indent=1))
 
     demos: dict[tuple[str, int], object] = {}
-    for spec in args.views.split(","):
+    for spec in args.views:
         cam, size, *goal = spec.split(":")
         cam, size = cam.replace("+", ","), int(size)
         if (cam, size) not in demos:
@@ -84,16 +85,15 @@ def main() -> None:
         data = demos[cam, size]
         if "state_flow" not in results["variants"]:  # the same demos' states, no pixels
             began = time.perf_counter()
-            flow, losses = train_chunk_bc(data, ChunkBCConfig(chunk=5, num_steps=4, steps=args.steps, seed=args.seed))
+            flow, losses = train_chunk_bc(data, ChunkBCConfig(chunk=vla.chunk, num_steps=vla.num_steps,
+                                                              steps=vla.steps, seed=args.seed))
             env = sim.make(args.task, num_envs=args.eval_envs, seed=args.seed + 7, nthread=1)
             record("state_flow", {"success": float(evaluate_flow(env, flow)["success"]),
                                   "bc_loss": float(np.mean(losses[-100:])), "bc_s": time.perf_counter() - began})
             env.close()
-        cfg = VLAConfig(steps=args.steps, seed=args.seed, camera=cam, state_dim=21 if goal else args.state_dim,
-                        shift=args.shift, stem_stride=args.stem_stride, pretrain_steps=args.pretrain_steps,
-                        freeze_vision=args.freeze_vision, fine_keypoints=args.fine_keypoints)
+        cfg = dataclasses.replace(vla, camera=cam, state_dim=21 if goal else vla.state_dim)
         views = None
-        if args.pretrain_random and args.pretrain_steps:  # the gripper away from the goal, which demos seldom show
+        if args.pretrain_random and cfg.pretrain_steps:  # the gripper away from the goal, which demos seldom show
             views = {args.task: collect_views(args.task, args.pretrain_random, size, args.seed + 3, cam,
                                               args.pretrain_random_length)}
         began = time.perf_counter()
@@ -102,16 +102,16 @@ def main() -> None:
         env = VLAEnv(sim.make(args.task, num_envs=args.eval_envs, seed=args.seed + 7, nthread=1,
                               pixels=camera(size, cam)), policy, words)
         name = f"vla_{cam.replace(',', '+')}_{size}" + ("_goal" if goal else "")
-        name += f"_shift{args.shift}" if args.shift else ""
-        name += f"_stem{args.stem_stride}" if args.stem_stride > 1 else ""
-        name += f"_pretrain{args.pretrain_steps}" if args.pretrain_steps else ""
+        name += f"_shift{cfg.shift}" if cfg.shift else ""
+        name += f"_stem{cfg.stem_stride}" if cfg.stem_stride > 1 else ""
+        name += f"_pretrain{cfg.pretrain_steps}" if cfg.pretrain_steps else ""
         name += f"_random{args.pretrain_random}" if views else ""
-        name += f"_fine{args.fine_keypoints}" if args.fine_keypoints else ""
-        name += "_frozen" if args.freeze_vision else ""
-        name += f"_state{args.state_dim}" if args.state_dim != 15 and not goal else ""
+        name += f"_fine{cfg.fine_keypoints}" if cfg.fine_keypoints else ""
+        name += "_frozen" if cfg.freeze_vision else ""
+        name += f"_state{cfg.state_dim}" if cfg.state_dim != 15 and not goal else ""
         record(name, {"success": float(evaluate_flow(env, policy)["success"]), "bc_loss": float(np.mean(losses[-100:])),
                       "bc_s": bc_s, "frame": list(policy.image_shape), "state_dim": cfg.state_dim,
-                      "demos": args.demos, "steps": args.steps})
+                      "demos": args.demos, "steps": cfg.steps})
         env.close()
 
 

@@ -8,13 +8,13 @@ to its own receipt: the end-to-end latency. One CLOCK_MONOTONIC serves both proc
 it: wait (odometry received -> next tick starts; a fixed-rate loop waits up to one period), compute (tick start
 -> command published: inputs, policy, safety filter, serialization) and transport (both legs, odometry out and
 command back: the rest). Both loops run on absolute deadlines at the same rate, so the wait is nearly constant
-within a row (the phase between them). The runner's first tick is placed ``--phase`` (default 0.5) of a period
+within a row (the phase between them). The runner's first tick is placed ``phase`` (default 0.5) of a period
 after the odometry's typical receipt, so the wait is about half a period in every row and the end-to-end
-latencies compare across rows (``--phase free``: wherever the runner happens to start, a different wait per
+latencies compare across rows (``phase=null``: wherever the runner happens to start, a different wait per
 row). ``end_to_end_minus_wait`` is the part the code controls, ``transport_both_legs`` the middleware's.
 
 One run measures several rows, one after the other, with the same rate, duration and checkpoint, each on its own
-DDS domain (``--domain`` + the row's index) with a fresh fake car:
+DDS domain (``domain`` + the row's index) with a fresh fake car:
 
 - ``dds``: runner on robolearn's Cyclone DDS transport <-> fake car on it too; AckermannDriveStamped commands on
   /ackermann_cmd (the rc_car default).
@@ -32,8 +32,8 @@ row in full (loop period/jitter/compute, latency breakdown, fake car counters) u
 ``summary`` table (also printed): period jitter p99, end-to-end latency (also minus the wait) and transport
 p50/p99, missed ticks, latency samples.
 
-    python benchmarks/real_loop_latency.py       # 100 Hz, 20 s per row, writes results/real_loop_latency_cpu.json
-    python benchmarks/real_loop_latency.py --rows dds,rclpy --duration 4 --out /tmp/x.json
+    python benchmarks/speed/real_loop_latency.py     # 100 Hz, 20 s per row, writes results/real_loop_latency_cpu.json
+    python benchmarks/speed/real_loop_latency.py rows=[dds,rclpy] duration=4 out=/tmp/x.json
 
 Reference (docs/references real-ros2.md, plain Cyclone DDS Python on 2 cores): Twist round trip p50 about
 0.3 ms, p99 about 0.7 ms.
@@ -41,7 +41,6 @@ Reference (docs/references real-ros2.md, plain Cyclone DDS Python on 2 cores): T
 
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
 import importlib.metadata
@@ -60,8 +59,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.sim_throughput import RESULTS, write_result  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repo root, for `benchmarks`
+from benchmarks.common import RESULTS, settings, write_result  # noqa: E402
 
 WARMUP_S = 2.0
 LINK_TIMEOUT_S = 60.0  # discovery: both ends matched before the warm-up starts
@@ -216,7 +215,7 @@ def split_latencies(ticks: list[Record], fake: dict[str, Any], cutoff: int) -> t
     return e2e_ms, wait_ms, compute_ms, e2e_ms - wait_ms - compute_ms
 
 
-def measure(name: str, row: Row, domain: int, args: argparse.Namespace, checkpoint: Path, tmp: Path,
+def measure(name: str, row: Row, domain: int, args: Settings, checkpoint: Path, tmp: Path,
             env: dict) -> dict[str, Any]:
     """Run one row: a fresh fake car and runner on ``domain``; returns the row's JSON fields."""
     from real import msgs
@@ -233,7 +232,7 @@ def measure(name: str, row: Row, domain: int, args: argparse.Namespace, checkpoi
             overrides = [f"rate_hz={args.rate:g}", "command.stamp=odom", *COMMANDS[row.command][0]]
             cfg = compose_deploy("rc_car", overrides)
             cfg["checkpoint"] = str(checkpoint)
-            cfg["force_rate"] = True  # timing at --rate, whatever the checkpoint's control rate
+            cfg["force_rate"] = True  # timing at `rate`, whatever the checkpoint's control rate
             runner = build_runner(cfg, transport)
             ticks: list[Record] = []
 
@@ -331,26 +330,28 @@ def print_summary(summary: dict[str, dict[str, Any]]) -> None:
           "odometry's wait for the next tick; trans = both transport legs; missed = ticks skipped (measured window)")
 
 
+@dataclasses.dataclass
+class Settings:
+    """The rows and the loop (`key=value` on the command line)."""
+
+    rate: float = 100.0             # Hz of both loops
+    duration: float = 20.0          # measured seconds per row (after a WARMUP_S warm-up)
+    rows: list[str] = dataclasses.field(default_factory=lambda: list(DEFAULT_ROWS))  # of ROWS, run in this order
+    phase: float | None = 0.5       # start ticks this fraction of a period after the odometry typically arrives
+    #                                 (the same wait in every row); null: wherever the runner happens to start
+    domain: int = dataclasses.field(default_factory=lambda: 150 + os.getpid() % 50)  # DDS domain of the first
+    #                                 row; row i uses domain + i
+    out: str = str(RESULTS / "real_loop_latency_cpu.json")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rate", type=float, default=100.0)
-    parser.add_argument("--duration", type=float, default=20.0,
-                        help=f"measured seconds per row (after a {WARMUP_S:g} s warm-up)")
-    parser.add_argument("--rows", default=",".join(DEFAULT_ROWS),
-                        help=f"comma-separated, run in this order; of {', '.join(ROWS)}")
-    parser.add_argument("--phase", type=lambda v: None if v == "free" else float(v), default=0.5,
-                        help="start ticks this fraction of a period after the odometry typically arrives (the "
-                             "same wait in every row); 'free': wherever the runner happens to start")
-    parser.add_argument("--domain", type=int, default=150 + os.getpid() % 50,
-                        help="DDS domain of the first row; row i uses domain + i")
-    parser.add_argument("--out", type=Path, default=RESULTS / "real_loop_latency_cpu.json")
-    args = parser.parse_args()
-    names = [n.strip() for n in args.rows.split(",") if n.strip()]
+    args = settings(Settings, __doc__)
+    names = list(args.rows)
     unknown = [n for n in names if n not in ROWS]
     if unknown or not names or len(set(names)) != len(names):
-        parser.error(f"--rows takes distinct names of {', '.join(ROWS)}; got {args.rows!r}")
+        sys.exit(f"rows= takes distinct names of {', '.join(ROWS)}; got {names}")
     if args.phase is not None and not 0 <= args.phase < 1:
-        parser.error("--phase is a fraction of a period in [0, 1), or 'free'")
+        sys.exit("phase= is a fraction of a period in [0, 1), or null")
 
     from real.transport.dds import LOOPBACK_CONFIG
 

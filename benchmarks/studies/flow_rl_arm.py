@@ -4,13 +4,17 @@ Flow-SDE and GAE over chunks (`robolearn.algos.chunk.flow_rl`), and the same wit
 100 held-out initial states along the way, with wall-clock. Then the speed side by side with the plain MLP PPO
 on the same task and envs: env-steps/s of a rollout and gradient updates/s.
 
-    python benchmarks/flow_rl_arm.py                      # -> benchmarks/results/flow_rl_arm-push_cpu.{json,png}
-    python benchmarks/flow_rl_arm.py --algos ppo --iterations 20 --demos 20     # a quick look
+    python benchmarks/studies/flow_rl_arm.py               # -> benchmarks/results/flow_rl_arm-push_cpu.{json,png}
+    python benchmarks/studies/flow_rl_arm.py algos=[ppo] rl.iterations=20 demos=20 out=/tmp/flow   # a quick look
+
+`bc` is the behaviour cloning's `ChunkBCConfig` and `rl` the fine-tuning's `FlowRLConfig` (pi_RL's recipe here:
+gamma 0.95 per chunk, 5 critic warm-up iterations, actor lr 3e-4); each of `algos` sets `rl.algo`, and `seed` sets
+both configs' seeds.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import multiprocessing
 import sys
@@ -19,12 +23,26 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repo root, for `benchmarks`
+from benchmarks.common import RESULTS, machine_info, settings  # noqa: E402
+from robolearn.algos.chunk.chunk_bc import ChunkBCConfig  # noqa: E402
+from robolearn.algos.chunk.flow_rl import FlowRLConfig  # noqa: E402
 
-from benchmarks.sim_throughput import machine_info  # noqa: E402
-
-OUT = Path(__file__).parent / "results"
 TASK = "arm-push"
+
+
+@dataclasses.dataclass
+class Settings:
+    """The demonstrations, the BC policy, the fine-tuning runs (`key=value` on the command line)."""
+
+    algos: list[str] = dataclasses.field(default_factory=lambda: ["ppo", "grpo"])  # one run each (rl.algo)
+    demos: int = 100                # noise-free episodes of the scripted controller
+    num_envs: int = 128
+    seed: int = 0                   # demos, BC, fine-tuning (bc.seed and rl.seed) and envs
+    bc: ChunkBCConfig = dataclasses.field(default_factory=lambda: ChunkBCConfig(chunk=5, num_steps=4, steps=6000))
+    rl: FlowRLConfig = dataclasses.field(default_factory=lambda: FlowRLConfig(
+        iterations=100, actor_lr=3e-4, gamma=0.95, logprob_level="element", critic_warmup=5, eval_every=5))
+    out: str = str(RESULTS / f"flow_rl_{TASK}_cpu")  # <out>.json and <out>.png
 
 
 def demonstrations(episodes: int, seed: int, noise: float = 0.0) -> object:
@@ -38,56 +56,59 @@ def demonstrations(episodes: int, seed: int, noise: float = 0.0) -> object:
                                  ref_min_score=0.0, ref_max_score=1.0))
 
 
-def bc_policy(args: argparse.Namespace) -> tuple[dict, dict]:
+def flow_policy(env: object, bc: ChunkBCConfig) -> object:
+    """A `FlowPolicy` for `env`'s "policy" observations and actions, shaped as `bc` trains it."""
+    from policies.flow import FlowPolicy
+
+    return FlowPolicy(env.observation_shapes["policy"][0], env.num_actions, bc.chunk, bc.hidden, bc.num_steps)
+
+
+def bc_policy(args: Settings) -> tuple[dict, dict]:
     """The BC flow policy's weights and what it took: `demos` noise-free episodes of the reference controller."""
-    from robolearn.algos.chunk.chunk_bc import ChunkBCConfig, train_chunk_bc
+    from robolearn.algos.chunk.chunk_bc import train_chunk_bc
 
     began = time.perf_counter()
     data = demonstrations(args.demos, args.seed)
     collected = time.perf_counter() - began
-    policy, losses = train_chunk_bc(data, ChunkBCConfig(chunk=args.chunk, num_steps=4, hidden=(256, 256),
-                                                      steps=args.bc_steps, seed=args.seed))
+    policy, losses = train_chunk_bc(data, dataclasses.replace(args.bc, seed=args.seed))
     info = {"demos": args.demos, "demo_return": data.metadata["return_mean"], "collect_s": collected,
-            "bc_steps": args.bc_steps, "bc_s": time.perf_counter() - began - collected, "bc_loss": losses[-1]}
+            "bc_steps": args.bc.steps, "bc_s": time.perf_counter() - began - collected, "bc_loss": losses[-1]}
     return policy.state_dict(), info
 
 
-def finetune(job: tuple[str, dict, argparse.Namespace]) -> tuple[str, list[dict]]:
+def finetune(job: tuple[str, dict, Settings]) -> tuple[str, list[dict]]:
     """One fine-tuning run from the BC weights (its own process, one thread)."""
     import sim
-    from policies.flow import FlowPolicy
-    from robolearn.algos.chunk.flow_rl import FlowRLConfig
     from robolearn.runners.flow import finetune_flow
 
     algo, weights, args = job
     torch.set_num_threads(1)
     env = sim.make(TASK, num_envs=args.num_envs, seed=args.seed + 1, nthread=1)
-    policy = FlowPolicy(env.observation_shapes["policy"][0], env.num_actions, args.chunk, (256, 256), 4)
+    policy = flow_policy(env, args.bc)
     policy.load_state_dict(weights)
     eval_env = sim.make(TASK, num_envs=100, seed=args.seed + 2, nthread=1)
-    cfg = FlowRLConfig(algo=algo, iterations=args.iterations, actor_lr=args.actor_lr, gamma=0.95,
-                       logprob_level="element", critic_warmup=5, eval_every=args.eval_every, seed=args.seed)
+    cfg = dataclasses.replace(args.rl, algo=algo, seed=args.seed)
     _, history = finetune_flow(policy, env, cfg, eval_env=eval_env,
                                log=lambda r: print(algo, {k: round(v, 3) for k, v in r.items()}, flush=True))
     return algo, history
 
 
-def speed(args: argparse.Namespace) -> dict:
-    """Env-steps/s of rollouts and updates/s: flow PPO (Flow-SDE, chunk H) vs the MLP PPO, same envs, one thread."""
+def speed(args: Settings) -> dict:
+    """Env-steps/s of rollouts and updates/s: flow PPO (Flow-SDE, chunk H) vs the MLP PPO, same envs, one thread;
+    both learners with their configs' defaults (the speed does not depend on the recipe's rates)."""
     import sim
-    from policies.flow import FlowPolicy
-    from robolearn.algos.chunk.flow_rl import FlowRL, FlowRLConfig
+    from robolearn.algos.chunk.flow_rl import FlowRL
     from robolearn.algos.online.ppo import PPO, PPOConfig, RolloutStorage
     from robolearn.runners.flow import collect_chunks
 
     torch.set_num_threads(1)
     env = sim.make(TASK, num_envs=args.num_envs, seed=0, nthread=1)
-    decisions = env.max_episode_length // args.chunk
+    chunk = args.bc.chunk
+    decisions = env.max_episode_length // chunk
     out = {}
     # flow PPO: one rollout of `decisions` chunks, then one update (4 epochs x 4 minibatches)
     shapes = env.observation_shapes
-    flow = FlowRL(FlowPolicy(shapes["policy"][0], env.num_actions, args.chunk, (256, 256), 4),
-                  shapes["critic"][0], FlowRLConfig())
+    flow = FlowRL(flow_policy(env, args.bc), shapes["critic"][0], FlowRLConfig())
     g = torch.Generator().manual_seed(0)
     obs = env.reset(seed=0)
     collect_chunks(env, flow.policy, flow.critic, obs, 2, "sde", g)  # warm-up
@@ -97,11 +118,11 @@ def speed(args: argparse.Namespace) -> dict:
     began = time.perf_counter()
     flow.update(ro, obs, train_actor=True, generator=g)
     update_s = time.perf_counter() - began
-    steps = decisions * args.chunk * env.num_envs
+    steps = decisions * chunk * env.num_envs
     out["flow_ppo"] = {"env_steps_per_s": steps / rollout_s, "updates_per_s": 16 / update_s,
                        "samples_per_update": decisions * env.num_envs // 4}
     # MLP PPO (robolearn's default actor-critic) on the same envs and the same env steps per iteration
-    cfg = PPOConfig(num_steps=decisions * args.chunk, num_epochs=4, num_minibatches=4)
+    cfg = PPOConfig(num_steps=decisions * chunk, num_epochs=4, num_minibatches=4)
     ppo = PPO.for_env(env, cfg, torch.device("cpu"))
     storage = RolloutStorage(cfg.num_steps, env.num_envs, env.observation_shapes, env.num_actions, torch.device("cpu"))
     obs = env.reset(seed=0)
@@ -124,18 +145,7 @@ def speed(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--algos", nargs="+", default=["ppo", "grpo"])
-    parser.add_argument("--iterations", type=int, default=100)
-    parser.add_argument("--demos", type=int, default=100)
-    parser.add_argument("--bc-steps", type=int, default=6000)
-    parser.add_argument("--chunk", type=int, default=5)
-    parser.add_argument("--num-envs", type=int, default=128)
-    parser.add_argument("--actor-lr", type=float, default=3e-4)
-    parser.add_argument("--eval-every", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=str(OUT / f"flow_rl_{TASK}_cpu"))
-    args = parser.parse_args()
+    args = settings(Settings, __doc__)
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     weights, bc = bc_policy(args)
@@ -146,7 +156,7 @@ def main() -> None:
     summary = {a: {"bc_success": h[0]["eval/success"], "final_success": h[-1]["eval/success"],
                    "best_success": max(r.get("eval/success", 0.0) for r in h),
                    "env_steps": h[-1]["env_steps"], "wall_s": h[-1]["wall_s"]} for a, h in curves.items()}
-    result = {"machine": machine_info(), "task": TASK, "config": vars(args), "bc": bc, "summary": summary,
+    result = {"machine": machine_info(), "task": TASK, "config": dataclasses.asdict(args), "bc": bc, "summary": summary,
               "speed": speed(args), "curves": curves}
     print(json.dumps({"bc": bc, "summary": summary, "speed": result["speed"]}, indent=1))
     Path(args.out).parent.mkdir(exist_ok=True)

@@ -8,26 +8,26 @@ into a longer suite counts once), and writes, per dataset, the mean ± std over 
 each algorithm sits where CORL's halfcheetah table puts it relative to BC (D4RL-style medium-replay and
 medium-expert: every other algorithm above BC; random: BC worst).
 
-    .venv/bin/python benchmarks/offline_fidelity_summary.py   # -> results/offline_fidelity_summary.{md,json}
+    .venv/bin/python benchmarks/studies/offline_fidelity_summary.py   # -> results/offline_fidelity_summary.{md,json}
 
 Only fold benches run on the same generated datasets: a regenerated suite differs (its behaviour SAC run is not
-bit-reproducible on CPU), so benches run after a regeneration belong in their own table (folders as arguments,
-another ``--out``).
+bit-reproducible on CPU), so benches run after a regeneration belong in their own table (``folders=[...]``,
+another ``out=``).
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repo root, for `benchmarks`
+from benchmarks.common import RESULTS, settings  # noqa: E402
 from robolearn.bench.report import load_cells  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 FOLDERS = ["offline_fidelity", "offline_fidelity_long", "offline_fidelity_iql_long", "offline_fidelity_cql_long"]
 BUDGETS = [25_000, 100_000, 150_000, 300_000]
 ALGOS = ["bc", "td3_bc", "iql", "cql", "rebrac"]  # the table's row order; other algorithms follow
@@ -102,11 +102,16 @@ def summarise(table: dict[str, dict[str, dict[int, dict[int, float]]]]) -> tuple
     return lines, record
 
 
+@dataclasses.dataclass
+class Settings:
+    """Which bench folders to fold and where the table goes (`key=value` on the command line)."""
+
+    folders: list[str] = dataclasses.field(default_factory=lambda: [str(RESULTS / f) for f in FOLDERS])
+    out: str = str(RESULTS / "offline_fidelity_summary")  # <out>.md and <out>.json
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folders", nargs="*", default=[str(RESULTS / f) for f in FOLDERS])
-    parser.add_argument("--out", default=str(RESULTS / "offline_fidelity_summary"))
-    args = parser.parse_args()
+    args = settings(Settings, __doc__)
     folders = [Path(f) for f in args.folders if (Path(f) / "cells").is_dir()]
     table = gather(folders)
     lines, record = summarise(table)

@@ -3,15 +3,19 @@ arm-pick-place, one VLA cloned on all three (told apart only by the instruction)
 camera, then Flow-Noise PPO fine-tuning on one task through the same `finetune_flow` as the state flow policy;
 and the speed of a VLA rollout and update against the state flow policy's on the same envs.
 
-    python benchmarks/vla_arm.py                          # -> benchmarks/results/vla_arm_cpu.{json,png}
-    python benchmarks/vla_arm.py --demos 10 --bc-steps 500 --iterations 2     # a quick look
-    python benchmarks/vla_arm.py --tasks arm-reach --save runs/vla-reach-bc ...   # BC on one task, kept
-    python benchmarks/vla_arm.py --load runs/vla-reach-bc --ppo-freeze-vision    # PPO again from that BC
+    python benchmarks/studies/vla_arm.py                   # -> benchmarks/results/vla_arm_cpu.{json,png}
+    python benchmarks/studies/vla_arm.py demos=10 vla.steps=500 rl.iterations=2 out=/tmp/vla   # a quick look
+    python benchmarks/studies/vla_arm.py tasks=[arm-reach] save=runs/vla-reach-bc ...   # BC on one task, kept
+    python benchmarks/studies/vla_arm.py load=runs/vla-reach-bc rl.freeze_vision=true   # PPO again from that BC
+
+`vla` is the VLA's shape and behaviour cloning (`VLAConfig`; `vla.camera` is the demos' and the envs' camera,
+"front,side" tiles two views) and `rl` the Flow-Noise PPO fine-tuning (`FlowRLConfig`: here gamma 0.95, entropy
+0.005, 3 critic warm-up iterations, actor lr 1e-4, 30 iterations); `seed` sets both configs' seeds.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -19,32 +23,54 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repo root, for `benchmarks`
 
 import sim  # noqa: E402  (first: it picks the headless OpenGL before mujoco loads)
-from benchmarks.sim_throughput import machine_info  # noqa: E402
+from benchmarks.common import RESULTS, machine_info, settings  # noqa: E402
+from robolearn.algos.chunk.flow_rl import FlowRLConfig  # noqa: E402
+from robolearn.algos.chunk.vla import VLAConfig  # noqa: E402
 
-OUT = Path(__file__).parent / "results"
+
+@dataclasses.dataclass
+class Settings:
+    """The demos, the VLA, the fine-tuning (`key=value` on the command line)."""
+
+    demos: int = 50                 # episodes per task
+    size: int = 32                  # camera frames of size x size (per view)
+    pretrain_random: int = 0        # + random-action episodes' frames per task for pre-training (pretrain_views)
+    pretrain_random_length: int = 10  # their length in steps
+    tasks: list[str] = dataclasses.field(default_factory=lambda: ["arm-reach", "arm-push", "arm-pick-place"])
+    #                                 the tasks cloned
+    save: str | None = None         # write the BC policy there (a checkpoint)
+    load: str | None = None         # skip collection and BC: fine-tune this BC checkpoint
+    task: str = "arm-reach"         # the task fine-tuned by Flow-Noise PPO
+    num_envs: int = 32
+    eval_envs: int = 50
+    seed: int = 0
+    vla: VLAConfig = dataclasses.field(default_factory=lambda: VLAConfig(steps=6000, camera="side"))
+    rl: FlowRLConfig = dataclasses.field(default_factory=lambda: FlowRLConfig(
+        mode="noise", iterations=30, actor_lr=1e-4, gamma=0.95, entropy_coef=0.005, critic_warmup=3, eval_every=5))
+    out: str = str(RESULTS / "vla_arm_cpu")  # <out>.json and <out>.png
 
 
-def success(policy, task: str, args: argparse.Namespace, instruction: str) -> float:
+def success(policy, task: str, args: Settings, instruction: str) -> float:
     """Success rate of the ODE sampler over `eval_envs` held-out starts of `task` under `instruction`."""
     from robolearn.algos.chunk.vla import VLAEnv, camera
     from robolearn.runners.flow import evaluate_flow
 
     env = VLAEnv(sim.make(task, num_envs=args.eval_envs, seed=args.seed + 7, nthread=1,
-                          pixels=camera(args.size, args.camera)), policy, instruction)
+                          pixels=camera(args.size, args.vla.camera)), policy, instruction)
     try:
         return float(evaluate_flow(env, policy)["success"])
     finally:
         env.close()
 
 
-def speed(policy, args: argparse.Namespace) -> dict:
+def speed(policy, args: Settings) -> dict:
     """Env-steps/s of a Flow-Noise rollout and PPO minibatch steps/s: the VLA (frames rendered every step) vs the
     state flow policy of the same action expert, same task and envs, one thread."""
     from policies.flow import FlowPolicy
-    from robolearn.algos.chunk.flow_rl import FlowRL, FlowRLConfig
+    from robolearn.algos.chunk.flow_rl import FlowRL
     from robolearn.algos.chunk.vla import ARM_INSTRUCTIONS, VLAEnv, camera
     from robolearn.runners.flow import collect_chunks
 
@@ -52,7 +78,7 @@ def speed(policy, args: argparse.Namespace) -> dict:
     cfg = FlowRLConfig(mode="noise")
     for name in ("vla", "state_flow"):
         env = sim.make(args.task, num_envs=args.num_envs, seed=0, nthread=1,
-                       pixels=camera(args.size, args.camera) if name == "vla" else None)
+                       pixels=camera(args.size, args.vla.camera) if name == "vla" else None)
         if name == "vla":
             env, net = VLAEnv(env, policy, ARM_INSTRUCTIONS[args.task]), policy
         else:
@@ -76,89 +102,61 @@ def speed(policy, args: argparse.Namespace) -> dict:
     return out
 
 
-def behaviour_cloning(args: argparse.Namespace, tasks: dict[str, str]) -> dict:
+def behaviour_cloning(args: Settings, tasks: dict[str, str]) -> dict:
     """Pixels demos of `tasks` (and random-action views for pre-training), then `train_vla_bc`: the policy and
     what it took."""
-    from robolearn.algos.chunk.vla import VLAConfig, collect_demos, collect_views, train_vla_bc
+    from robolearn.algos.chunk.vla import collect_demos, collect_views, train_vla_bc
 
+    cam = args.vla.camera
     began = time.perf_counter()
-    data = {task: collect_demos(task, args.demos, args.size, seed=args.seed, num_envs=args.demos, camera=args.camera)
+    data = {task: collect_demos(task, args.demos, args.size, seed=args.seed, num_envs=args.demos, camera=cam)
             for task in tasks}
     views = None
-    if args.pretrain_random and args.pretrain_steps:  # the gripper away from the goal and cube
-        views = {task: collect_views(task, args.pretrain_random, args.size, args.seed + 3, args.camera,
+    if args.pretrain_random and args.vla.pretrain_steps:  # the gripper away from the goal and cube
+        views = {task: collect_views(task, args.pretrain_random, args.size, args.seed + 3, cam,
                                      args.pretrain_random_length) for task in tasks}
     collect_s = time.perf_counter() - began
     began = time.perf_counter()
-    cfg = VLAConfig(steps=args.bc_steps, seed=args.seed, camera=args.camera, stem_stride=args.stem_stride,
-                    fine_keypoints=args.fine_keypoints, pretrain_steps=args.pretrain_steps,
-                    freeze_vision=args.freeze_vision)
+    cfg = dataclasses.replace(args.vla, seed=args.seed)
     policy, losses = train_vla_bc(data, cfg, instructions=tasks, pretrain_views=views)
     return {"policy": policy, "demos_per_task": args.demos, "frames": sum(d.num_steps for d in data.values()),
-            "collect_s": collect_s, "bc_steps": args.bc_steps, "bc_s": time.perf_counter() - began,
+            "collect_s": collect_s, "bc_steps": cfg.steps, "bc_s": time.perf_counter() - began,
             "bc_loss": sum(losses[-100:]) / 100, "parameters": sum(p.numel() for p in policy.parameters())}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--demos", type=int, default=50, help="episodes per task")
-    parser.add_argument("--size", type=int, default=32, help="camera frames of size x size (per view)")
-    parser.add_argument("--camera", default="side", help="camera(s): 'front,side' tiles two views")
-    parser.add_argument("--stem-stride", type=int, default=1, help="the CNN's first stride (VLAConfig)")
-    parser.add_argument("--fine-keypoints", type=int, default=0, help="pointing maps on the CNN stem (VLAConfig)")
-    parser.add_argument("--pretrain-steps", type=int, default=0, help="vision pre-training steps (VLAConfig)")
-    parser.add_argument("--pretrain-random", type=int, default=0,
-                        help="+ random-action episodes' frames per task for pre-training (pretrain_views)")
-    parser.add_argument("--pretrain-random-length", type=int, default=10, help="their length in steps")
-    parser.add_argument("--freeze-vision", action="store_true", help="keep the CNN and keypoints fixed in BC")
-    parser.add_argument("--bc-steps", type=int, default=6000)
-    parser.add_argument("--tasks", default=",".join(("arm-reach", "arm-push", "arm-pick-place")),
-                        help="the tasks cloned (comma-separated)")
-    parser.add_argument("--save", default=None, help="write the BC policy there (a checkpoint)")
-    parser.add_argument("--load", default=None, help="skip collection and BC: fine-tune this BC checkpoint")
-    parser.add_argument("--ppo-freeze-vision", action="store_true", help="keep the CNN and keypoints fixed in PPO")
-    parser.add_argument("--task", default="arm-reach", help="the task fine-tuned by Flow-Noise PPO")
-    parser.add_argument("--iterations", type=int, default=30)
-    parser.add_argument("--num-envs", type=int, default=32)
-    parser.add_argument("--eval-envs", type=int, default=50)
-    parser.add_argument("--eval-every", type=int, default=5)
-    parser.add_argument("--actor-lr", type=float, default=1e-4)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=str(OUT / "vla_arm_cpu"))
-    args = parser.parse_args()
+    args = settings(Settings, __doc__)
     torch.set_num_threads(1)
-    from robolearn.algos.chunk.flow_rl import FlowRLConfig
     from robolearn.algos.chunk.vla import ARM_INSTRUCTIONS, VLAEnv, camera
     from robolearn.checkpoints.policy import load_policy, save_chunk_policy
     from robolearn.runners.flow import finetune_flow
 
-    tasks = {task: ARM_INSTRUCTIONS[task] for task in args.tasks.split(",")}
-    if args.load:  # a BC policy from an earlier run (its settings must match --size / --camera)
+    tasks = {task: ARM_INSTRUCTIONS[task] for task in args.tasks}
+    if args.load:  # a BC policy from an earlier run (its settings must match size= / vla.camera=)
         policy = load_policy(args.load).actor.train()
         bc = {"loaded": args.load}
     else:
         bc = behaviour_cloning(args, tasks)
         policy = bc.pop("policy")
         if args.save:
-            save_chunk_policy(args.save, policy, {"env": {"name": args.task, "pixels": camera(args.size, args.camera)}})
+            save_chunk_policy(args.save, policy, {"env": {"name": args.task,
+                                                          "pixels": camera(args.size, args.vla.camera)}})
     bc["success"] = {task: success(policy, task, args, words) for task, words in tasks.items()}
     if "arm-push" in tasks:  # the instruction matters: the reach task under the push instruction
         bc["success_reach_told_push"] = success(policy, "arm-reach", args, ARM_INSTRUCTIONS["arm-push"])
     print("BC", json.dumps(bc), flush=True)
 
     env = VLAEnv(sim.make(args.task, num_envs=args.num_envs, seed=args.seed + 1, nthread=1,
-                          pixels=camera(args.size, args.camera)), policy, ARM_INSTRUCTIONS[args.task])
+                          pixels=camera(args.size, args.vla.camera)), policy, ARM_INSTRUCTIONS[args.task])
     eval_env = VLAEnv(sim.make(args.task, num_envs=args.eval_envs, seed=args.seed + 7, nthread=1,
-                               pixels=camera(args.size, args.camera)), policy, ARM_INSTRUCTIONS[args.task])
-    cfg = FlowRLConfig(mode="noise", iterations=args.iterations, actor_lr=args.actor_lr, gamma=0.95,
-                       entropy_coef=0.005, critic_warmup=3, eval_every=args.eval_every, seed=args.seed,
-                       freeze_vision=args.ppo_freeze_vision)
+                               pixels=camera(args.size, args.vla.camera)), policy, ARM_INSTRUCTIONS[args.task])
+    cfg = dataclasses.replace(args.rl, seed=args.seed)
     _, history = finetune_flow(policy, env, cfg, eval_env=eval_env,
                                log=lambda r: print({k: round(v, 3) for k, v in r.items()}, flush=True))
     env.close()
     eval_env.close()
     after = {task: success(policy, task, args, words) for task, words in tasks.items()}
-    result = {"machine": machine_info(), "config": vars(args), "bc": bc, "finetune": history,
+    result = {"machine": machine_info(), "config": dataclasses.asdict(args), "bc": bc, "finetune": history,
               "success_after_finetune": after, "speed": speed(policy, args)}
     print(json.dumps({k: v for k, v in result.items() if k != "finetune"}, indent=1))
     Path(args.out).parent.mkdir(exist_ok=True)
@@ -166,7 +164,7 @@ def main() -> None:
     plot(history, bc, args)
 
 
-def plot(history: list[dict], bc: dict, args: argparse.Namespace) -> None:
+def plot(history: list[dict], bc: dict, args: Settings) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -178,7 +176,7 @@ def plot(history: list[dict], bc: dict, args: argparse.Namespace) -> None:
             label=f"VLA, Flow-Noise PPO on {args.task}")
     ax.set_xlabel("env steps (thousands)")
     ax.set_ylabel(f"success on {args.eval_envs} starts (%)")
-    ax.set_title(f"small VLA from {args.camera} {args.size}x{args.size} (BC: {args.demos} demos per task)")
+    ax.set_title(f"small VLA from {args.vla.camera} {args.size}x{args.size} (BC: {args.demos} demos per task)")
     ax.set_ylim(0, 100)
     ax.legend()
     fig.tight_layout()

@@ -8,8 +8,8 @@ scored on held-out starts:
   evaluation alike: how precise must a goal estimate be?
 - `goal_head`: the goal as estimated from the camera frame by the VLA's own encoder (`VLAPolicy.see` + a linear
   head, fitted by regression on the demo frames; `vla_goal_regression.fit_goal_regressor`), every step, in demos
-  and evaluation: the VLA's feature path with BC's part replaced by a 3-value bottleneck. `--head-random N` adds
-  frames of random-action episodes (the gripper away from the goal); `--head-keypoints W` also trains keypoint
+  and evaluation: the VLA's feature path with BC's part replaced by a 3-value bottleneck. `head_random=N` adds
+  frames of random-action episodes (the gripper away from the goal); `head_keypoints=W` also trains keypoint
   maps to point at the gripper and the goal in every view (`robolearn.algos.chunk.vla.point_pixels`), as the VLA's
   pre-training does.
 
@@ -17,12 +17,14 @@ If `goal_head` succeeds where the VLA from pixels does not, the encoder sees wel
 is in how BC reads the features; if it fails like `goal_noise` at the head's error, the encoder is not precise
 enough.
 
-    python benchmarks/vla_goal_source_probe.py     # -> benchmarks/results/vla_goal_source_probe_cpu.json
+    python benchmarks/studies/vla_goal_source_probe.py     # -> benchmarks/results/vla_goal_source_probe_cpu.json
+    python benchmarks/studies/vla_goal_source_probe.py variants=[full,goal_head] head_random=300 camera=front,side
+
+Every policy is cloned with `bc` (`ChunkBCConfig`: chunks of 5, 4 flow steps, 2,000 steps); `seed` sets its seed.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -35,13 +37,13 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repo root, for `benchmarks`
 
 import sim  # noqa: E402  (first: it picks the headless OpenGL before mujoco loads)
-from benchmarks.sim_throughput import machine_info  # noqa: E402
-from benchmarks.vla_goal_regression import fit_goal_regressor  # noqa: E402
+from benchmarks.common import RESULTS, machine_info, settings  # noqa: E402
+from benchmarks.studies.vla_goal_regression import fit_goal_regressor  # noqa: E402
+from robolearn.algos.chunk.chunk_bc import ChunkBCConfig  # noqa: E402
 
-OUT = Path(__file__).parent / "results"
 PROPRIO, GRASP, GOAL = slice(0, 15), slice(12, 15), slice(15, 18)  # arm-reach's "policy" group (sim/tasks/arm.py)
 
 #: A view: (policy values [N, 21], frames [N, H, W, 3] uint8, per-row goal offsets [N, 3]) -> the policy's input.
@@ -96,40 +98,42 @@ def views(predict: Callable[[torch.Tensor], torch.Tensor], noises_cm: list[float
     return out
 
 
+@dataclasses.dataclass
+class Settings:
+    """The demos, the goal estimator, the variants (`key=value` on the command line)."""
+
+    demos: int = 50
+    camera: str = "front"           # camera(s): "front,side" tiles two views
+    size: int = 64
+    stem_stride: int = 2            # the estimator CNN's first stride
+    head_steps: int = 1500          # regression steps of the goal estimator
+    head_demos: int = 0             # the estimator's own training episodes (one goal each; 0: the BC demos)
+    head_demo_noise: float = 0.0    # action noise of the head_demos episodes (the gripper hovering around the goal)
+    head_random: int = 0            # + episodes of uniform random actions for the estimator (the gripper away from
+    #                                 the goal)
+    head_random_length: int = 0     # their length in steps (0: the task's)
+    head_keypoints: float = 0.0     # weight of keypoint supervision for the estimator (gripper and goal in every
+    #                                 view; robolearn.algos.chunk.vla.point_pixels); 0: regression only
+    head_lr: float = 3e-4
+    head_fine: int = 0              # keypoint maps on the CNN stem's maps (VLAPolicy fine_keypoints; they take the
+    #                                 supervision); 0: none
+    noise_cm: list[float] = dataclasses.field(default_factory=lambda: [1.0, 3.0, 5.0])  # per-episode goal offsets
+    variants: list[str] = dataclasses.field(default_factory=lambda: [
+        "full", "goal", "goal_noise", "goal_head", "goal_head_offset"])
+    eval_envs: int = 50
+    seed: int = 0
+    bc: ChunkBCConfig = dataclasses.field(default_factory=lambda: ChunkBCConfig(chunk=5, num_steps=4, steps=2000))
+    out: str = str(RESULTS / "vla_goal_source_probe_cpu")  # <out>.json
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--demos", type=int, default=50)
-    parser.add_argument("--steps", type=int, default=2000, help="BC steps of every policy")
-    parser.add_argument("--camera", default="front")
-    parser.add_argument("--size", type=int, default=64)
-    parser.add_argument("--stem-stride", type=int, default=2)
-    parser.add_argument("--head-steps", type=int, default=1500, help="regression steps of the goal estimator")
-    parser.add_argument("--head-demos", type=int, default=0,
-                        help="the estimator's own training episodes (one goal each; 0: the BC demos)")
-    parser.add_argument("--head-demo-noise", type=float, default=0.0,
-                        help="action noise of the --head-demos episodes (the gripper hovering around the goal)")
-    parser.add_argument("--head-random", type=int, default=0,
-                        help="+ episodes of uniform random actions for the estimator (the gripper away from the goal)")
-    parser.add_argument("--head-random-length", type=int, default=0, help="their length in steps (0: the task's)")
-    parser.add_argument("--head-keypoints", type=float, default=0.0,
-                        help="weight of keypoint supervision for the estimator (gripper and goal in every view; "
-                             "robolearn.algos.chunk.vla.point_pixels); 0: regression only")
-    parser.add_argument("--head-lr", type=float, default=3e-4)
-    parser.add_argument("--head-fine", type=int, default=0,
-                        help="keypoint maps on the CNN stem's maps (VLAPolicy fine_keypoints; they take the "
-                             "supervision); 0: none")
-    parser.add_argument("--noise-cm", default="1,3,5", help="per-episode goal offsets to try, in cm")
-    parser.add_argument("--variants", default="full,goal,goal_noise,goal_head,goal_head_offset")
-    parser.add_argument("--eval-envs", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=str(OUT / "vla_goal_source_probe_cpu"))
-    args = parser.parse_args()
+    args = settings(Settings, __doc__)
     torch.set_num_threads(1)
-    from robolearn.algos.chunk.chunk_bc import ChunkBCConfig, train_chunk_bc
+    from robolearn.algos.chunk.chunk_bc import train_chunk_bc
     from robolearn.algos.chunk.vla import camera, collect_demos, collect_views, point_pixels
     from robolearn.runners.flow import evaluate_flow
 
-    results: dict = {"machine": machine_info(), "config": vars(args), "variants": {}}
+    results: dict = {"machine": machine_info(), "config": dataclasses.asdict(args), "variants": {}}
     began = time.perf_counter()
     data = collect_demos("arm-reach", args.demos, args.size, seed=args.seed, num_envs=args.demos, camera=args.camera)
     held = collect_demos("arm-reach", 10, args.size, seed=args.seed + 1, num_envs=10, camera=args.camera)
@@ -141,7 +145,7 @@ def main() -> None:
                 torch.as_tensor(np.asarray(d.observations["pixels"])[index]))
 
     policy_rows, frames = rows(data)
-    wanted = args.variants.split(",")
+    wanted = list(args.variants)
     predict: Callable[[torch.Tensor], torch.Tensor] = lambda f: torch.full((len(f), 3), float("nan"))  # noqa: E731
     if any(v.startswith("goal_head") for v in wanted):
         began = time.perf_counter()
@@ -170,7 +174,7 @@ def main() -> None:
     row_offsets = episode_offsets.repeat_interleave(torch.as_tensor(data.lengths), 0)
     eval_offsets = torch.randn(args.eval_envs, 3, generator=generator)
     errors: list[torch.Tensor] = []
-    all_views = views(predict, [float(x) for x in args.noise_cm.split(",")], errors)
+    all_views = views(predict, list(args.noise_cm), errors)
     for name, view in all_views.items():
         if not any(name == v or (v == "goal_noise" and name.startswith("goal_noise")) for v in wanted):
             continue
@@ -182,8 +186,7 @@ def main() -> None:
         obs = np.zeros((len(data.observations["policy"]), values.shape[1]), np.float32)
         obs[np.asarray(data.obs_index)] = values.numpy()
         probe = dataclasses.replace(data, observations={**data.observations, "probe": obs}, check_values=False)
-        flow, losses = train_chunk_bc(probe, ChunkBCConfig(chunk=5, num_steps=4, steps=args.steps, seed=args.seed),
-                                      group="probe")
+        flow, losses = train_chunk_bc(probe, dataclasses.replace(args.bc, seed=args.seed), group="probe")
         env = ViewEnv(sim.make("arm-reach", num_envs=args.eval_envs, seed=args.seed + 7, nthread=1,
                                pixels=camera(args.size, args.camera)), view, eval_offsets)
         errors.clear()

@@ -1,8 +1,8 @@
 """PPO against peers, side by side on one machine: env-steps/s and wall-clock to a return threshold.
 
 Runs in one invocation, on the same task and machine:
-- robolearn PPO on our VecEnv (C backend on CPU);
-- rsl_rl PPO (`OnPolicyRunner`) on the same VecEnv, same network sizes and PPO settings;
+- robolearn PPO on our VecEnv (C backend on CPU), with `ppo`'s settings (`PPOConfig`; robolearn's defaults);
+- rsl_rl PPO (`OnPolicyRunner`) on the same VecEnv, with the same network sizes and PPO settings (taken from `ppo`);
 - stable-baselines3 PPO on our SB3 adapter (8 envs, SB3's defaults but the same network sizes);
 - stable-baselines3 PPO on gymnasium's own MuJoCo InvertedPendulum-v5 (8 envs): gymnasium has no
   DM-style cart-pole, so this row gives SB3's env-steps/s on a native gymnasium env, not a score.
@@ -10,13 +10,15 @@ Runs in one invocation, on the same task and machine:
 Every learner is watched by the same tracker: the return of each finished episode, and the wall
 time at which the mean of the last 20 finished full episodes first reaches the threshold.
 
-    python benchmarks/ppo_vs_peers.py                       # cartpole-balance, threshold 900
-    python benchmarks/ppo_vs_peers.py --task cartpole-swingup --threshold 700 --budget-s 600
+    python benchmarks/peers/ppo_vs_peers.py                 # cartpole-balance, threshold 900
+    python benchmarks/peers/ppo_vs_peers.py task=cartpole-swingup threshold=700 budget_s=600
+    python benchmarks/peers/ppo_vs_peers.py peers=[robolearn,rsl_rl] ppo.actor_hidden=[128,128] \\
+        ppo.critic_hidden=[128,128]
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -29,11 +31,25 @@ import torch
 
 import sim
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find the benchmarks package
-from benchmarks.sim_throughput import write_result  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repo root, for `benchmarks`
+from benchmarks.common import RESULTS, settings, write_result  # noqa: E402
+from robolearn.algos.online.ppo import PPOConfig  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results"
 WINDOW = 20
+
+
+@dataclasses.dataclass
+class Settings:
+    """The task, the budget and the learners (`key=value` on the command line)."""
+
+    task: str = "cartpole-balance"
+    threshold: float = 900.0        # mean return of the last WINDOW full episodes
+    num_envs: int = 64              # envs of the VecEnv learners (robolearn, rsl_rl)
+    budget_s: float = 300.0         # per learner
+    budget_steps: int = 2_000_000   # per learner
+    peers: list[str] = dataclasses.field(default_factory=lambda: ["robolearn", "rsl_rl", "sb3", "sb3_gym"])
+    ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)  # robolearn's PPO; rsl_rl and SB3 follow it
+    out: str | None = None          # null: results/ppo_vs_peers_<task>_cpu.json
 
 
 class Tracker:
@@ -87,13 +103,13 @@ class Tracker:
                 "final_mean_return": float(np.mean(self.returns)) if self.returns else None}
 
 
-def run_robolearn(task: str, num_envs: int, args) -> dict[str, Any]:
-    from robolearn.algos.online.ppo import PPO, PPOConfig
+def run_robolearn(task: str, num_envs: int, args: Settings) -> dict[str, Any]:
+    from robolearn.algos.online.ppo import PPO
     from robolearn.runners.on_policy import OnPolicyRunner
 
     torch.manual_seed(0)
     env = Tracker(sim.make(task, num_envs=num_envs, seed=0), args.threshold, args.budget_s, args.budget_steps)
-    algo = PPO.for_env(env, PPOConfig(actor_hidden=(64, 64), critic_hidden=(64, 64)), torch.device("cpu"))
+    algo = PPO.for_env(env, args.ppo, torch.device("cpu"))
     runner = OnPolicyRunner(env, algo, "/tmp/robolearn-bench", {}, progress=False)
     while not env.done:
         runner.learn(runner.iteration + 1, checkpoint_interval=10**9, random_episode_start=True)
@@ -101,18 +117,23 @@ def run_robolearn(task: str, num_envs: int, args) -> dict[str, Any]:
     return env.result()
 
 
-def run_rsl_rl(task: str, num_envs: int, args) -> dict[str, Any]:
+def run_rsl_rl(task: str, num_envs: int, args: Settings) -> dict[str, Any]:
     from rsl_rl.runners import OnPolicyRunner
 
     torch.manual_seed(0)
     env = Tracker(sim.make(task, num_envs=num_envs, seed=0), args.threshold, args.budget_s, args.budget_steps)
-    cfg = {
-        "num_steps_per_env": 32, "save_interval": 10**9, "obs_groups": {"actor": ["policy"], "critic": ["policy"]},
-        "algorithm": {"class_name": "PPO", "num_learning_epochs": 5, "num_mini_batches": 4, "learning_rate": 1e-3,
-                      "entropy_coef": 0.01, "schedule": "adaptive", "desired_kl": 0.01},
-        "actor": {"class_name": "MLPModel", "hidden_dims": [64, 64], "obs_normalization": True,
-                  "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": 1.0}},
-        "critic": {"class_name": "MLPModel", "hidden_dims": [64, 64], "obs_normalization": True},
+    ppo = args.ppo
+    cfg = {  # robolearn's PPO settings in rsl_rl's names (its other settings are its defaults)
+        "num_steps_per_env": ppo.num_steps, "save_interval": 10**9,
+        "obs_groups": {"actor": ["policy"], "critic": ["policy"]},
+        "algorithm": {"class_name": "PPO", "num_learning_epochs": ppo.num_epochs,
+                      "num_mini_batches": ppo.num_minibatches, "learning_rate": ppo.learning_rate,
+                      "entropy_coef": ppo.entropy_coef, "schedule": ppo.schedule, "desired_kl": ppo.desired_kl},
+        "actor": {"class_name": "MLPModel", "hidden_dims": list(ppo.actor_hidden),
+                  "obs_normalization": ppo.normalize_obs,
+                  "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": ppo.init_std}},
+        "critic": {"class_name": "MLPModel", "hidden_dims": list(ppo.critic_hidden),
+                   "obs_normalization": ppo.normalize_obs},
     }
     runner = OnPolicyRunner(env, cfg, log_dir=None, device="cpu")
     first = True
@@ -122,7 +143,7 @@ def run_rsl_rl(task: str, num_envs: int, args) -> dict[str, Any]:
     return env.result()
 
 
-def run_sb3(task: str, args, gym_env: str | None = None) -> dict[str, Any]:
+def run_sb3(task: str, args: Settings, gym_env: str | None = None) -> dict[str, Any]:
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
 
@@ -147,7 +168,7 @@ def run_sb3(task: str, args, gym_env: str | None = None) -> dict[str, Any]:
             return time.perf_counter() - start < args.budget_s and self.num_timesteps < budget_steps
 
     model = PPO("MlpPolicy", venv, seed=0, device="cpu", verbose=0,
-                policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}})
+                policy_kwargs={"net_arch": {"pi": list(args.ppo.actor_hidden), "vf": list(args.ppo.critic_hidden)}})
     model.learn(total_timesteps=budget_steps, callback=Stop())
     if tracker is not None:
         return tracker.result()
@@ -157,15 +178,7 @@ def run_sb3(task: str, args, gym_env: str | None = None) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--task", default="cartpole-balance")
-    ap.add_argument("--threshold", type=float, default=900.0)
-    ap.add_argument("--num-envs", type=int, default=64)
-    ap.add_argument("--budget-s", type=float, default=300.0, help="per learner")
-    ap.add_argument("--budget-steps", type=int, default=2_000_000, help="per learner")
-    ap.add_argument("--peers", nargs="+", default=["robolearn", "rsl_rl", "sb3", "sb3_gym"])
-    ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args()
+    args = settings(Settings, __doc__)
     torch.set_num_threads(2)
 
     rows = {}
@@ -177,7 +190,7 @@ def main() -> None:
         elif peer == "sb3":
             rows[peer] = run_sb3(args.task, args)
         elif peer == "sb3_gym":
-            short = argparse.Namespace(**{**vars(args), "budget_steps": 100_000})
+            short = dataclasses.replace(args, budget_steps=100_000)
             rows[peer] = run_sb3(args.task, short, gym_env="InvertedPendulum-v5")
         print(peer, json.dumps(rows[peer]), flush=True)
 

@@ -4,12 +4,12 @@ episodes: the held-out error, in metres, bounds how well any policy on these fea
 (arm-reach succeeds within 5 cm). Cheaper than BC, and it separates "the pixels don't show it" from "BC does
 not teach it".
 
-    python benchmarks/vla_goal_regression.py --size 64 --camera front --stem-stride 2
+    python benchmarks/studies/vla_goal_regression.py size=64 camera=front stem_stride=2
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -19,12 +19,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repo root, for `benchmarks`
 
 import sim  # noqa: E402, F401  (first: it picks the headless OpenGL before mujoco loads)
-from benchmarks.sim_throughput import machine_info  # noqa: E402
+from benchmarks.common import RESULTS, machine_info, settings  # noqa: E402
 
-OUT = Path(__file__).parent / "results"
 GOAL = slice(15, 18)  # the goal's coordinates in arm-reach's "policy" group (after the 15 proprioception values)
 
 
@@ -114,22 +113,29 @@ def fit_goal_regressor(frames: torch.Tensor, goals: torch.Tensor, steps: int, st
     return frozen, curve
 
 
+@dataclasses.dataclass
+class Settings:
+    """The frames and the regression (`key=value` on the command line)."""
+
+    size: int = 32                  # camera frames of size x size (per view)
+    camera: str = "side"            # camera(s): "front,side" tiles two views
+    stem_stride: int = 1            # the CNN's first stride (as VLAConfig.stem_stride)
+    demos: int = 50                 # training episodes (one goal each)
+    steps: int = 1500               # regression steps
+    seed: int = 0
+    out: str | None = None          # null: results/vla_goal_regression_<camera><size>_stem<stride>_cpu.json
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=32)
-    parser.add_argument("--camera", default="side")
-    parser.add_argument("--stem-stride", type=int, default=1)
-    parser.add_argument("--demos", type=int, default=50, help="training episodes (one goal each)")
-    parser.add_argument("--steps", type=int, default=1500)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = settings(Settings, __doc__)
     torch.set_num_threads(1)
     frames, goals = frames_and_goals(args.demos, args.size, args.camera, args.seed)
     test = frames_and_goals(10, args.size, args.camera, args.seed + 1)
     _, curve = fit_goal_regressor(frames, goals, args.steps, args.stem_stride, args.seed, test)
     name = f"vla_goal_regression_{args.camera.replace(',', '+')}{args.size}_stem{args.stem_stride}_cpu"
-    result = {"machine": machine_info(), "config": vars(args), "frames": list(frames.shape[1:]), "curve": curve}
-    (OUT / f"{name}.json").write_text(json.dumps(result, indent=1))
+    config = {k: v for k, v in dataclasses.asdict(args).items() if k != "out"}
+    result = {"machine": machine_info(), "config": config, "frames": list(frames.shape[1:]), "curve": curve}
+    Path(args.out or RESULTS / f"{name}.json").write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

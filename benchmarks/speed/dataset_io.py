@@ -39,11 +39,11 @@ JSON protocol on stdin/stdout), so only numpy is shared::
 
     python3.11 -m venv /tmp/d3venv
     /tmp/d3venv/bin/pip install torch==2.13.0 d3rlpy==2.8.1   # elsewhere: torch from download.pytorch.org/whl/cpu
-    .venv/bin/python benchmarks/dataset_io.py --d3rlpy-python /tmp/d3venv/bin/python
+    .venv/bin/python benchmarks/speed/dataset_io.py d3rlpy_python=/tmp/d3venv/bin/python
 
 (``D3RLPY_PYTHON=...`` works as well; without either the d3rlpy part is skipped and said so.) About 3 minutes on
 2 cores, 80 s of it Minari writing arrow (0.5.4 re-sums the size of the whole dataset folder after every
-episode); the data (~500 MB over all formats) goes to a temporary folder, removed at the end unless ``--keep``.
+episode); the data (~500 MB over all formats) goes to a temporary folder, removed at the end unless ``keep=true``.
 
 Caveats: loads are timed with a warm page cache (files just written; dropping caches needs root and would slow
 other jobs on a shared machine), so they measure parsing and building, not the disk. robolearn's memory-mapped
@@ -55,13 +55,11 @@ come from 256 distinct episodes), robolearn's batch is obs/actions/rewards/next_
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import gc
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -71,27 +69,52 @@ from typing import Any
 
 import numpy as np
 
-RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repo root, for `benchmarks`
+from benchmarks.common import RESULTS, WorkerProcess, serve, settings, timed, write_result  # noqa: E402
+
 BATCH = 256
 D3RLPY_ARRAYS = ("observations", "actions", "rewards", "terminals", "timeouts")
+WORKER_FLAG = "--d3rlpy-worker"  # this file as the d3rlpy side (internal: the parent starts it)
+
+
+@dataclasses.dataclass
+class Settings:
+    """The dataset, the repeats and the peers (`key=value` on the command line)."""
+
+    episodes: int = 1000
+    steps: int = 1000               # steps per episode
+    obs_dim: int = 17
+    act_dim: int = 6
+    seed: int = 0
+    repeats: int = 5
+    robolearn_batches: int = 2000   # batches per repeat
+    d3rlpy_batches: int = 200       # batches per repeat
+    minari_batches: int = 1         # 256-episode batches per repeat
+    minari_episodes: int = 50       # sample_episodes(1) calls per repeat
+    d3rlpy_python: str | None = dataclasses.field(default_factory=lambda: os.environ.get("D3RLPY_PYTHON"))
+    #                                 python of a venv with d3rlpy (see the module docstring); null: d3rlpy skipped
+    workdir: str | None = None      # where the datasets go (null: a temporary folder)
+    keep: bool = False              # keep the written datasets
+    out: str = str(RESULTS / "dataset_io_cpu.json")
 
 
 # --- the d3rlpy side: runs under the d3rlpy venv's interpreter, imports nothing of robolearn -----------------
 
 def d3rlpy_worker() -> None:
     """Serve JSON commands (write / load / sample / quit), one per line; d3rlpy's logs go to stderr."""
-    reply_to = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # d3rlpy logs through structlog to stdout: keep stdout for the replies
+    serve(d3rlpy_handler)
+
+
+def d3rlpy_handler() -> Any:
+    """The d3rlpy side's command handler (write a dataset, load it into a replay buffer, sample batches)."""
     import importlib.metadata
 
     from d3rlpy.dataset import InfiniteBuffer, MDPDataset, ReplayBuffer
 
     np.random.seed(0)  # d3rlpy samples with the global numpy generator
-    buffer = None
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        if cmd["op"] == "quit":
-            break
+    state: dict[str, Any] = {"buffer": None}
+
+    def handle(cmd: dict) -> dict:
         if cmd["op"] == "write":
             a = {k: np.load(Path(cmd["input"]) / f"{k}.npy") for k in D3RLPY_ARRAYS}
             start = time.perf_counter()
@@ -99,58 +122,29 @@ def d3rlpy_worker() -> None:
             built = time.perf_counter()
             with open(cmd["path"], "w+b") as f:
                 dataset.dump(f)
-            reply: dict[str, Any] = {
-                "build_s": built - start, "dump_s": time.perf_counter() - built,
-                "transitions": dataset.transition_count, "episodes": len(dataset.episodes),
-                "versions": {p: importlib.metadata.version(p) for p in ("d3rlpy", "torch", "numpy", "h5py",
-                                                                         "gymnasium")},
-                "python": sys.version.split()[0]}
-            del dataset
-        elif cmd["op"] == "load":
-            buffer = None
+            return {"build_s": built - start, "dump_s": time.perf_counter() - built,
+                    "transitions": dataset.transition_count, "episodes": len(dataset.episodes),
+                    "versions": {p: importlib.metadata.version(p) for p in ("d3rlpy", "torch", "numpy", "h5py",
+                                                                             "gymnasium")},
+                    "python": sys.version.split()[0]}
+        if cmd["op"] == "load":
+            state["buffer"] = None
             gc.collect()
             start = time.perf_counter()
             with open(cmd["path"], "rb") as f:
-                buffer = ReplayBuffer.load(f, InfiniteBuffer())
-            reply = {"s": time.perf_counter() - start, "transitions": buffer.transition_count}
-        elif cmd["op"] == "sample":
+                state["buffer"] = ReplayBuffer.load(f, InfiniteBuffer())
+            return {"s": time.perf_counter() - start, "transitions": state["buffer"].transition_count}
+        if cmd["op"] == "sample":
+            buffer = state["buffer"]
             assert buffer is not None, "load first"
             gc.collect()
             start = time.perf_counter()
             for _ in range(cmd["batches"]):
                 batch = buffer.sample_transition_batch(cmd["batch_size"])
-            reply = {"s": time.perf_counter() - start, "obs_shape": list(batch.observations.shape)}
-        else:
-            reply = {"error": f"unknown op {cmd['op']!r}"}
-        reply_to.write(json.dumps(reply) + "\n")
+            return {"s": time.perf_counter() - start, "obs_shape": list(batch.observations.shape)}
+        return {"error": f"unknown op {cmd['op']!r}"}
 
-
-class D3rlpyWorker:
-    def __init__(self, python: str, log: Path) -> None:
-        self.log = log
-        self._log_file = open(log, "w")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen([python, str(Path(__file__).resolve()), "--d3rlpy-worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log_file, text=True)
-
-    def __call__(self, **cmd: Any) -> dict:
-        assert self.proc.stdin and self.proc.stdout
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the d3rlpy worker died on {cmd}: {self.log.read_text()[-3000:]}")
-        reply = json.loads(line)
-        if "error" in reply:
-            raise RuntimeError(reply["error"])
-        return reply
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin
-            self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
-            self.proc.stdin.close()
-            self.proc.wait(30)
-        self._log_file.close()
+    return handle
 
 
 # --- the data -------------------------------------------------------------------------------------------------
@@ -199,14 +193,7 @@ def folder_bytes(path: Path) -> int:
     return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-# --- timing helpers -------------------------------------------------------------------------------------------
-
-def timed(fn: Any, *args: Any) -> tuple[float, Any]:
-    gc.collect()
-    start = time.perf_counter()
-    out = fn(*args)
-    return time.perf_counter() - start, out
-
+# --- reading helpers ------------------------------------------------------------------------------------------
 
 def full_read(dataset: Any) -> float:
     """Read every byte of every array once (pages a memory-mapped dataset in)."""
@@ -246,38 +233,19 @@ def summary(values: list[float]) -> dict:
 # --- the benchmark --------------------------------------------------------------------------------------------
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--episodes", type=int, default=1000)
-    parser.add_argument("--steps", type=int, default=1000, help="steps per episode")
-    parser.add_argument("--obs-dim", type=int, default=17)
-    parser.add_argument("--act-dim", type=int, default=6)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--robolearn-batches", type=int, default=2000, help="batches per repeat")
-    parser.add_argument("--d3rlpy-batches", type=int, default=200, help="batches per repeat")
-    parser.add_argument("--minari-batches", type=int, default=1, help="256-episode batches per repeat")
-    parser.add_argument("--minari-episodes", type=int, default=50, help="sample_episodes(1) calls per repeat")
-    parser.add_argument("--d3rlpy-python", default=os.environ.get("D3RLPY_PYTHON"),
-                        help="python of a venv with d3rlpy (see the module docstring); default $D3RLPY_PYTHON")
-    parser.add_argument("--workdir", type=Path, default=None, help="where the datasets go (default: a temp dir)")
-    parser.add_argument("--keep", action="store_true", help="keep the written datasets")
-    parser.add_argument("--out", type=Path, default=RESULTS / "dataset_io_cpu.json")
-    parser.add_argument("--d3rlpy-worker", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.d3rlpy_worker:
+    if sys.argv[1:] == [WORKER_FLAG]:
         d3rlpy_worker()
         return
+    args = settings(Settings, __doc__)
 
     workdir = Path(tempfile.mkdtemp(prefix="dataset_io.", dir=args.workdir))
     os.environ["MINARI_DATASETS_PATH"] = str(workdir / "minari")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find the benchmarks package
     import importlib.metadata
 
     import gymnasium as gym
     import minari
     from minari.data_collector.episode_buffer import EpisodeBuffer
 
-    from benchmarks.sim_throughput import write_result
     from robolearn.data.dataset import Dataset
 
     loadavg = {"start": os.getloadavg()}
@@ -319,7 +287,7 @@ def main() -> None:
             d3_input.mkdir()
             for k, v in d3rlpy_arrays(data).items():
                 np.save(d3_input / f"{k}.npy", v)
-            worker = D3rlpyWorker(args.d3rlpy_python, workdir / "d3rlpy_worker.log")
+            worker = WorkerProcess(args.d3rlpy_python, __file__, WORKER_FLAG, workdir / "d3rlpy_worker.log")
             d3_info = worker(op="write", input=str(d3_input), path=str(d3_path))
             shutil.rmtree(d3_input)
             if d3_info["transitions"] != n:
@@ -327,7 +295,7 @@ def main() -> None:
             write["d3rlpy"] = {"s": d3_info["build_s"] + d3_info["dump_s"], "build_s": d3_info["build_s"],
                                "dump_s": d3_info["dump_s"], "bytes": folder_bytes(d3_path)}
         else:
-            print("no --d3rlpy-python / $D3RLPY_PYTHON: d3rlpy skipped (see the module docstring)")
+            print("no d3rlpy_python= / $D3RLPY_PYTHON: d3rlpy skipped (see the module docstring)")
         del data
         loadavg["after_write"] = os.getloadavg()
 
@@ -428,7 +396,7 @@ def main() -> None:
                                                             "gymnasium")}
     versions["d3rlpy_venv"] = {**d3_info.get("versions", {}), "python": d3_info.get("python")} if d3_info else None
     write_result(args.out, "dataset_io", {
-        "settings": {k: str(v) for k, v in vars(args).items() if k not in ("d3rlpy_worker", "out")},
+        "settings": {k: str(v) for k, v in dataclasses.asdict(args).items() if k != "out"},
         "dataset": {"episodes": args.episodes, "steps_per_episode": args.steps, "transitions": args.episodes *
                     args.steps, "obs_dim": args.obs_dim, "act_dim": args.act_dim, "terminated_episodes":
                     args.episodes // 10, "seed": args.seed, "batch_size": BATCH},

@@ -4,7 +4,7 @@ From a finished `robolearn finetune algo=wsrl` run (its offline checkpoint and i
 
 1. control: 200 actor updates against the frozen pre-trained critic (the actor should stay where offline training
    left it, its entropy near the target);
-2. the pre-trained policy fills an empty buffer (`--warmup` env steps, sampled actions, as WSRL's warm-up), then
+2. the pre-trained policy fills an empty buffer (`warmup` env steps, sampled actions, as WSRL's warm-up), then
    the online critic learns from it alone (WSRL's TD update: no conservative term, no offline data) while the
    actor is held; every few steps: |dQ/da| (the slope of min_i Q_i at the policy's actions), Q at the buffer's
    actions and at uniform random actions;
@@ -13,22 +13,35 @@ From a finished `robolearn finetune algo=wsrl` run (its offline checkpoint and i
 If (1) holds and (2) shows the slope falling while Q at unseen actions rises to the data's, the online critic
 unlearns the conservative pessimism the actor was balanced against, and the entropy term takes over.
 
-    python benchmarks/wsrl_q_slope.py benchmarks/results/o2o_cpu/runs/wsrl__point-maze-umaze-diverse__seed0
+    python benchmarks/studies/wsrl_q_slope.py run=benchmarks/results/o2o_cpu/runs/wsrl__point-maze-umaze-diverse__seed0
+
+The learner's settings are the run's own (its online phase's `SACConfig` from online/config.yaml).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 from pathlib import Path
 
 import torch
+from omegaconf import MISSING
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repo root, for `benchmarks`
+from benchmarks.common import machine_info, settings  # noqa: E402
 
-from benchmarks.sim_throughput import machine_info  # noqa: E402
+
+@dataclasses.dataclass
+class Settings:
+    """The run probed and the probe's lengths (`key=value` on the command line)."""
+
+    run: str = MISSING              # a finished `robolearn finetune algo=wsrl` run folder (offline/ and online/)
+    warmup: int = 1000              # env steps of the pre-trained policy (8 envs)
+    critic_steps: int = 800
+    actor_steps: int = 200
+    seed: int = 0
+    out: str | None = None          # JSON path (null: <run>/q_slope.json)
 
 
 def main() -> None:
@@ -36,20 +49,13 @@ def main() -> None:
     from robolearn.checkpoints.warm_start import warm_start
     from robolearn.config import make_env
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run", help="a finished `robolearn finetune algo=wsrl` run folder (offline/ and online/)")
-    parser.add_argument("--warmup", type=int, default=1000, help="env steps of the pre-trained policy (8 envs)")
-    parser.add_argument("--critic-steps", type=int, default=800)
-    parser.add_argument("--actor-steps", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=None, help="JSON path (default: <run>/q_slope.json)")
-    args = parser.parse_args()
+    args = settings(Settings, __doc__)
     torch.manual_seed(args.seed)
     run = Path(args.run)
     online = json.loads((run / "online" / "config.yaml").read_text())
     fields = {f.name for f in dataclasses.fields(SACConfig)}
-    settings = {k: tuple(v) if isinstance(v, list) else v for k, v in online["algo"].items() if k in fields}
-    cfg = SACConfig(**{**settings, "compile": False})
+    saved = {k: tuple(v) if isinstance(v, list) else v for k, v in online["algo"].items() if k in fields}
+    cfg = SACConfig(**{**saved, "compile": False})
     held = dataclasses.replace(cfg, actor_every=10**9)  # the same learner, its actor never stepped by update_critic
     env = make_env({**online["env"], "num_envs": 8}, args.seed)
     gen = torch.Generator().manual_seed(args.seed)

@@ -14,14 +14,18 @@ back to the plain way:
 Variants run in alternating rounds in one process; the median round counts. Results go to
 `benchmarks/results/offpolicy_fused_ops_cpu.json` with machine info.
 
-    python benchmarks/offpolicy_fused_ops.py                     # widths 64 / 256 x 2 / 10 critics
-    python benchmarks/offpolicy_fused_ops.py --hidden 64 --critics 2 --batch-size 128
+    python benchmarks/speed/offpolicy_fused_ops.py                # widths 64 / 256 x 2 / 10 critics
+    python benchmarks/speed/offpolicy_fused_ops.py hidden=[64] critics=[2] sac.batch_size=128
+
+The learner is robolearn's SAC with `sac`'s settings (`SACConfig`, its defaults unless overridden), but for what
+the grid sets per cell: two hidden layers of each `hidden` width for the actor and critics, `critics` critics with
+the TD target's min over all of them, and `compile`.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
+import dataclasses
 import statistics
 import sys
 import time
@@ -32,12 +36,11 @@ from typing import Any
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find the benchmarks package
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repo root, for `benchmarks`
 import robolearn.algos.online.sac as sac_module  # noqa: E402
-from benchmarks.sim_throughput import write_result  # noqa: E402
+from benchmarks.common import RESULTS, settings, write_result  # noqa: E402
 from robolearn.algos.online.sac import SAC, SACConfig  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results"
 ORIGINAL_POLYAK = sac_module.polyak_update
 OBS, ACT = 17, 6  # cheetah-run's observation and action sizes
 
@@ -62,9 +65,21 @@ def loop_polyak(target: nn.Module, source: nn.Module, tau: float) -> None:
             t.lerp_(s, tau)
 
 
-def learner(hidden: int, critics: int, batch: int, variant: str) -> SAC:
-    cfg = SACConfig(actor_hidden=(hidden, hidden), critic_hidden=(hidden, hidden), batch_size=batch,
-                    num_critics=critics, num_min_critics=critics, compile=variant == "compile=True")
+@dataclasses.dataclass
+class Settings:
+    """The grid and the learner (`key=value` on the command line)."""
+
+    hidden: list[int] = dataclasses.field(default_factory=lambda: [64, 256])   # widths of the 2 hidden layers
+    critics: list[int] = dataclasses.field(default_factory=lambda: [2, 10])    # ensemble sizes
+    updates: int = 100              # timed updates per round and variant
+    rounds: int = 3                 # alternating rounds; the median counts
+    sac: SACConfig = dataclasses.field(default_factory=SACConfig)  # the learner (batch_size, lrs, ...)
+    out: str = str(RESULTS / "offpolicy_fused_ops_cpu.json")
+
+
+def learner(base: SACConfig, hidden: int, critics: int, variant: str) -> SAC:
+    cfg = dataclasses.replace(base, actor_hidden=(hidden, hidden), critic_hidden=(hidden, hidden),
+                              num_critics=critics, num_min_critics=critics, compile=variant == "compile=True")
     torch.manual_seed(0)
     algo = SAC(OBS, OBS, ACT, cfg)
     if variant == "loop critics":
@@ -91,14 +106,15 @@ def timed(algo: SAC, batch: dict[str, Any], updates: int, polyak: Callable) -> f
         sac_module.polyak_update = ORIGINAL_POLYAK
 
 
-def measure(hidden: int, critics: int, args: argparse.Namespace) -> dict[str, Any]:
+def measure(hidden: int, critics: int, args: Settings) -> dict[str, Any]:
+    size = args.sac.batch_size
     g = torch.Generator().manual_seed(1)
-    batch = {"obs": {"policy": torch.randn(args.batch_size, OBS, generator=g)},
-             "next_obs": {"policy": torch.randn(args.batch_size, OBS, generator=g)},
-             "actions": torch.rand(args.batch_size, ACT, generator=g) * 2 - 1,
-             "rewards": torch.randn(args.batch_size, generator=g), "discount": torch.full((args.batch_size,), 0.99)}
+    batch = {"obs": {"policy": torch.randn(size, OBS, generator=g)},
+             "next_obs": {"policy": torch.randn(size, OBS, generator=g)},
+             "actions": torch.rand(size, ACT, generator=g) * 2 - 1,
+             "rewards": torch.randn(size, generator=g), "discount": torch.full((size,), 0.99)}
     variants = ["eager", "compile=True", "loop critics", "foreach Adam", "single-tensor Adam", "loop Polyak"]
-    algos = {v: learner(hidden, critics, args.batch_size, v) for v in variants}
+    algos = {v: learner(args.sac, hidden, critics, v) for v in variants}
     polyaks = {v: loop_polyak if v == "loop Polyak" else ORIGINAL_POLYAK for v in variants}
     compile_s = {}
     for v in variants:  # warm-up (and compilation)
@@ -111,22 +127,15 @@ def measure(hidden: int, critics: int, args: argparse.Namespace) -> dict[str, An
             rounds[v].append(timed(algos[v], batch, args.updates, polyaks[v]))
     med = {v: statistics.median(r) for v, r in rounds.items()}
     line = ", ".join(f"{v} {med[v]:.0f}" for v in variants)
-    print(f"hidden {hidden}x{hidden}, {critics} critics, batch {args.batch_size}: updates/s {line}", flush=True)
-    return {"hidden": hidden, "num_critics": critics, "batch_size": args.batch_size, "updates_per_s": med,
+    print(f"hidden {hidden}x{hidden}, {critics} critics, batch {size}: updates/s {line}", flush=True)
+    return {"hidden": hidden, "num_critics": critics, "batch_size": size, "updates_per_s": med,
             "vs_eager": {v: med[v] / med["eager"] for v in variants}, "warmup_s": compile_s, "rounds": rounds}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--hidden", type=int, nargs="+", default=[64, 256])
-    ap.add_argument("--critics", type=int, nargs="+", default=[2, 10])
-    ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--updates", type=int, default=100)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", type=Path, default=RESULTS / "offpolicy_fused_ops_cpu.json")
-    args = ap.parse_args()
+    args = settings(Settings, __doc__)
     cells = [measure(h, c, args) for h in args.hidden for c in args.critics]
-    write_result(args.out, "offpolicy_fused_ops", {"settings": {k: str(v) for k, v in vars(args).items()},
+    write_result(args.out, "offpolicy_fused_ops", {"settings": dataclasses.asdict(args),
                                                    "torch_threads": torch.get_num_threads(), "cells": cells})
 
 

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# robolearn's GPU benchmark suite in one command, for a lent NVIDIA H100/H200 (finishes in under 8 minutes):
+# MJX throughput, MJX-vs-C smoke, PPO wall-clock to a return of 800 on cartpole-swingup, SAC/IQL updates/s.
+# The parts and what they measure: benchmarks/speed/gpu_suite.py. Results: JSON under $OUT (default ./gpu_out),
+# each part's file written as soon as it has numbers, plus suite.log and summary.json.
+#
+#   bash benchmarks/gpu_suite.sh            # on the GPU machine; carry .whl (the wheels it lacks, see below)
+#   bash benchmarks/gpu_suite.sh --quick    # tiny sizes on a CPU (here: .venv/bin/python), < 3 minutes warm
+#
+# Why each part is its own process under `timeout`: one part's crash, hang or slow compile still leaves the
+# others' results, and the suite's total stays inside its budget (SUITE_BUDGET_S, seconds, default 455, counted
+# after the ~10 s of set-up).
+# The GPU machine has no mujoco, mujoco-mjx, hydra-core, omegaconf, tensordict: they travel as wheels in the
+# git-ignored .whl/ (no jax, numpy or torch among them, so the machine's CUDA builds are the ones imported).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+QUICK=""
+if [[ "${1:-}" == "--quick" ]]; then QUICK="--quick"; fi
+OUT="${OUT:-$PWD/gpu_out}"
+mkdir -p "$OUT"
+export OUT
+exec > >(tee -a "$OUT/suite.log") 2>&1
+
+PY="${PYTHON:-}"
+if [[ -z "$PY" ]]; then
+  if [[ -x .venv/bin/python ]]; then PY=.venv/bin/python; else PY=python3; fi
+fi
+
+# The device README's install line, only where the packages are missing (the GPU machine).
+if [[ -d .whl ]] && ! "$PY" -c "import mujoco.mjx, hydra, omegaconf, tensordict" >/dev/null 2>&1; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "wheel install failed"; exit 1; }
+  export PYTHONPATH="/tmp/site:$PWD"
+else
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+
+export PYTHONUNBUFFERED=1
+export XLA_PYTHON_CLIENT_PREALLOCATE=false            # JAX shares the GPU with torch: allocate on demand
+export ROBOLEARN_JAX_CACHE="${ROBOLEARN_JAX_CACHE:-/tmp/robolearn_jax_cache}"  # persistent compilation cache
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-1}"
+# On a shared CPU, torch's default of one OpenMP thread per core crawls (SAC: 2 instead of 70 updates/s here).
+if [[ -n "$QUICK" ]]; then export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"; fi
+
+echo "gpu_suite ${QUICK:-full} $(date -u +%FT%TZ) python=$PY out=$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader 2>/dev/null \
+  || echo "nvidia-smi: none"
+"$PY" -c "import sys, jax, torch, mujoco; print(sys.version.split()[0], 'jax', jax.__version__, jax.devices(),
+         'torch', torch.__version__, torch.cuda.is_available(), 'mujoco', mujoco.__version__)" 2>&1 | grep -v Warp
+
+START=$(date +%s)
+TOTAL=${SUITE_BUDGET_S:-455}
+RCS=""
+
+# run_part PART HARD_LIMIT_S: the part gets its hard limit (cut to what the suite has left) and, as its own
+# budget for skipping sizes, that minus 12 s (so it ends by itself, writing its JSON, before `timeout` strikes).
+run_part() {
+  local part=$1 hard=$2 left
+  left=$(( START + TOTAL - $(date +%s) ))
+  if (( left < hard )); then hard=$left; fi
+  if (( hard < 20 )); then
+    echo "=== $part: skipped, the suite's ${TOTAL} s are spent"
+    RCS+="$part=skipped "
+    return
+  fi
+  echo "=== $part: hard limit ${hard} s ($(date +%T))"
+  timeout -k 5 "$hard" "$PY" benchmarks/speed/gpu_suite.py --part "$part" --budget $(( hard - 12 )) $QUICK
+  local rc=$?
+  RCS+="$part=$rc "
+  echo "=== $part: exit $rc after $(( $(date +%s) - START )) s of the suite"
+}
+
+# Hard limits (s), each cut to what the suite has left; the last part gets all that is left (~90 s at worst).
+if [[ -n "$QUICK" ]]; then
+  run_part mjx 150; run_part smoke 60; run_part ppo 55; run_part offpolicy 9999
+else
+  run_part mjx 175; run_part smoke 55; run_part ppo 135; run_part offpolicy 9999
+fi
+"$PY" benchmarks/speed/gpu_suite.py --part summary --rcs "$RCS"
+echo "gpu_suite done in $(( $(date +%s) - START )) s: $RCS"
+ls -la "$OUT"
+sleep 1  # let tee write the end of suite.log
