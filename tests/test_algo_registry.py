@@ -56,8 +56,9 @@ def test_a_new_algorithm_trains_saves_loads_and_warm_starts_through_the_registry
     data = tmp_path / "data"
     collect(CollectConfig(env=EnvConfig(name="pendulum-swingup", num_envs=2), kind="random", episodes=2,
                           progress=False)).save(data)
-    cfg = load_train_config(["algo=half_bc_schema", f"dataset={data}", "runner.gradient_steps=20", "runner.log_every=10",
-                             "runner.eval_every=10", "runner.eval_episodes=1", "algo.actor_hidden=[8]",
+    cfg = load_train_config(["algo=half_bc_schema", f"dataset={data}", "runner.gradient_steps=20",
+                             "runner.log_every=10", "runner.eval_every=10", "runner.eval_episodes=1",
+                             "algo.actor_hidden=[8]",
                              f"run_dir={tmp_path / 'run'}", "video=false", "progress=false"])
     assert cfg["algo"]["name"] == "half_bc"  # composed from the registry's schema (a preset YAML names it too)
     run = run_training(cfg)

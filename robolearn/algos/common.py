@@ -82,7 +82,7 @@ def compile_update(fn: Any) -> Any:
 
     Tracing the gradient and the optimizer step into the graph is what pays: on one CPU core it
     measured 2.3-3x the eager update at 64x64 networks and 1.3x at 256x256
-    (`benchmarks/offpolicy_fused_ops.py`, `benchmarks/sac_vs_peers.py --compile`); compiling takes
+    (`benchmarks/speed/offpolicy_fused_ops.py`, `benchmarks/peers/sac_vs_peers.py sac.compile=true`); compiling takes
     tens of seconds per graph.
     """
     import torch._dynamo

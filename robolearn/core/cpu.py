@@ -6,7 +6,7 @@ above 128 KiB. A training step allocates and frees the same large activations ev
 [2, 7680, 256] inputs: 16 MB each), so each step re-faults and zeroes those pages: in the profile this shows up as
 ReLU and other elementwise ops running several times slower on the big tensors than on small ones. Raising both
 thresholds keeps that memory in the process's heap, as jemalloc/tcmalloc (which PyTorch recommends on CPU) do.
-Measured on CQL with 256x256 critics, one thread (`benchmarks/allocator_ab.py`): 7.6 -> 8.4 gradient steps/s on an
+Measured on CQL with 256x256 critics, one thread (`benchmarks/speed/allocator_ab.py`): 7.6 -> 8.4 gradient steps/s on an
 idle 2-core machine; with another job on the second core the gain was larger (4.0 -> 7.6, not recorded in results).
 
 `tune_allocator()` runs once per process at the CLI's start (and in bench workers); the cost is that memory freed

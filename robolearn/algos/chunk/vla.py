@@ -244,8 +244,8 @@ def pretrain_vision(policy: VLAPolicy, frames: torch.Tensor, privileged: list[to
 
     The stand-in for a VLA's pretrained vision backbone: behaviour cloning alone teaches a small CNN to find a goal
     a few pixels wide too slowly (arm-reach: 2-8 % success from pixels after 2,000-3,000 BC steps, 100 % when given
-    the goal's coordinates; `benchmarks/vla_vision_probe.py`). Datasets with fewer privileged values or points are
-    zero-padded and masked."""
+    the goal's coordinates; `benchmarks/studies/vla_vision_probe.py`). Datasets with fewer privileged values or points
+    are zero-padded and masked."""
     if max(p.shape[1] for p in privileged) == 0:
         raise ConfigError("vision pre-training needs privileged state past state_dim in the datasets' policy group")
     target, mask = stack_padded(privileged)
