@@ -7,7 +7,6 @@ no robolearn (their worker side), so everything else is imported where it is use
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import json
 import os
@@ -15,8 +14,6 @@ import platform
 import subprocess
 import sys
 import time
-import types
-import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,35 +27,14 @@ T = TypeVar("T")
 def settings(schema: type[T], doc: str | None) -> T:
     """The script's settings from its command line (`key=value` overrides of the dataclass `schema`), through
     `robolearn.config.parse_overrides`: `--help` prints every field with its default and `doc`; a bad option exits
-    with the message that names it. Tuple fields (the library configs' network sizes) come back as tuples."""
+    with the message that names it."""
     from robolearn.config import parse_overrides
     from robolearn.errors import ConfigError
 
     try:
-        return _tuples(parse_overrides(schema, sys.argv[1:], doc or ""))
+        return parse_overrides(schema, sys.argv[1:], doc or "")
     except ConfigError as e:
         sys.exit(f"{Path(sys.argv[0]).name}: {e}")
-
-
-def _tuples(obj: T) -> T:
-    """`obj` (a dataclass) with the lists OmegaConf gives for its `tuple[...]` fields turned back into tuples, in the
-    nested dataclasses too (`SACConfig(actor_hidden=(256, 256))` compares and serialises as the library makes it)."""
-    hints = typing.get_type_hints(type(obj))
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if dataclasses.is_dataclass(value):
-            _tuples(value)
-        elif isinstance(value, list) and _is_tuple(hints.get(f.name)):
-            setattr(obj, f.name, tuple(value))
-    return obj
-
-
-def _is_tuple(hint: Any) -> bool:
-    """A `tuple[...]` annotation, alone or in a union (`tuple[int, ...] | None`)."""
-    origin = typing.get_origin(hint)
-    if origin is tuple:
-        return True
-    return origin in (typing.Union, types.UnionType) and any(_is_tuple(a) for a in typing.get_args(hint))
 
 
 def machine_info() -> dict:

@@ -4,7 +4,7 @@ policy to evaluate and deploy.
 The base (a `FlowPolicy` or `DiffusionPolicy`) maps initial noise to an action chunk deterministically (the flow's
 ODE, DDIM); a latent actor (SAC's tanh-Gaussian) picks that noise per observation: w in [-1, 1]^(H * A), or ^A
 when `shared` (one noise vector repeated over the chunk, DSRL-pi0's action space), scaled by `magnitude`.
-`latent_noise` and `denoise` are the one definition of that map; `robolearn.algos.dsrl` trains through them.
+`latent_noise` and `denoise` are the one definition of that map; `robolearn.algos.chunk.dsrl` trains through them.
 """
 
 from __future__ import annotations

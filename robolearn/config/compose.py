@@ -159,6 +159,35 @@ def parse_overrides(schema: type[T], args: Sequence[str], doc: str = "") -> T:
         raise ConfigError(f"arguments are key=value overrides, got {bad}")
     try:
         merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.from_dotlist(list(args)))
-        return OmegaConf.to_object(merged)
+        return _tuples(OmegaConf.to_object(merged))
     except OmegaConfBaseException as e:
         raise ConfigError(f"bad option: {_first_lines(e)}") from e
+
+
+def _tuples(obj: Any) -> Any:
+    """`obj` (a dataclass instance, nested ones too) with its `tuple[...]` fields as tuples again (OmegaConf gives
+    lists), so the configs equal the ones built in code (`SACConfig(actor_hidden=(64, 64))`)."""
+    import dataclasses
+    import typing
+
+    if not dataclasses.is_dataclass(obj):
+        return obj
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, list) and _is_tuple(hints.get(f.name)):
+            setattr(obj, f.name, tuple(value))
+        else:
+            _tuples(value)
+    return obj
+
+
+def _is_tuple(hint: Any) -> bool:
+    """A `tuple[...]` annotation, alone or in a union (`tuple[int, ...] | None`)."""
+    import types
+    import typing
+
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        return True
+    return origin in (typing.Union, types.UnionType) and any(_is_tuple(a) for a in typing.get_args(hint))
