@@ -143,6 +143,13 @@ class TaskConfig:
     def n_substeps(self) -> int:
         return int(round(self.ctrl_dt / self.sim_dt))
 
+    @property
+    def policy_dt(self) -> float:
+        """How often the policy acts, in seconds: one `VecEnv.step` is `action_repeat` control periods of
+        `ctrl_dt`. Runs record it (`env.policy_dt`), so a robot can deploy a policy at the rate it was trained
+        at; time-based task logic (gait clocks, command periods) counts in it."""
+        return self.ctrl_dt * self.action_repeat
+
 
 def apply_overrides(cfg: TaskConfig, overrides: dict[str, Any]) -> TaskConfig:
     """Return `cfg` with `overrides` applied; unknown names or a wrong type raise `ConfigError`.

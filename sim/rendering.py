@@ -138,5 +138,4 @@ def render_rollout(env: Any, policy: Callable[[torch.Tensor], torch.Tensor] | No
             frames.append(renderer.frame(env.qpos(0)))
     finally:
         renderer.close()
-    ctrl_dt = env.task.cfg.ctrl_dt * env.task.cfg.action_repeat
-    return write_video(frames, path, fps or max(1, round(1.0 / ctrl_dt)))
+    return write_video(frames, path, fps or max(1, round(1.0 / env.task.cfg.policy_dt)))

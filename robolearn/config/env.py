@@ -34,7 +34,7 @@ def control_rate(run: dict[str, Any]) -> float | None:
             task_cfg = sim.make_task(env["name"], **(env.get("overrides") or {})).cfg
         except ConfigError:
             return None
-        dt = task_cfg.ctrl_dt * task_cfg.action_repeat
+        dt = task_cfg.policy_dt
     try:
         return 1.0 / float(dt) if dt else None
     except (TypeError, ValueError, ZeroDivisionError):

@@ -19,7 +19,6 @@ import torch
 
 from robolearn.eval.episodes import run_episodes
 from robolearn.eval.scores import normalized_score
-from robolearn.eval.scores import task_reference as task_reference  # noqa: F401  (runners/train.py, o2o.py)
 
 RETURN_WINDOW = 100  # finished episodes averaged into `mean_return`
 

@@ -156,7 +156,7 @@ def run_flow_rl(cfg: FlowRLJob) -> Path:
     env, eval_env = make(cfg.num_envs, cfg.seed + 1), make(cfg.eval_envs, cfg.seed + 7) if cfg.eval_envs else None
     task_cfg = sim.make_task(task, **overrides).cfg
     run_env = {"name": task, "num_envs": cfg.num_envs, "overrides": overrides,
-               "policy_dt": float(task_cfg.ctrl_dt * task_cfg.action_repeat)}
+               "policy_dt": float(task_cfg.policy_dt)}
     run = {"env": {**run_env, "pixels": pixels} if vla else run_env, "source": str(source)}
 
     def log(row: dict) -> None:

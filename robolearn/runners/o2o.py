@@ -31,6 +31,7 @@ from robolearn.checkpoints import checkpoint
 from robolearn.checkpoints.warm_start import checkpoint_dir
 from robolearn.errors import ConfigError
 from robolearn.eval.o2o import DIP_WINDOW, learning_starts, o2o_metrics, read_curve
+from robolearn.eval.scores import dataset_reference, task_reference
 
 
 @dataclasses.dataclass
@@ -131,11 +132,10 @@ def finetune(cfg: FinetuneConfig) -> Path:
 
         meta = load_dataset(resolve_dataset(dataset)).metadata
         task = task or meta.get("task")
-        lo, hi = meta.get("ref_min_score"), meta.get("ref_max_score")
-        reference = [float(lo), float(hi)] if lo is not None and hi is not None and lo != hi else None
+        given = dataset_reference(meta)
+        reference = [float(v) for v in given] if given else None
     if task is None:
         raise ConfigError(f"dataset {dataset} names no task: pass env=<task>")
-    from robolearn.runners.base import task_reference
 
     if reference is None and task_reference(task) is None:
         raise ConfigError(f"no reference returns to score {task} by (the dataset has no ref_min_score/ref_max_score "

@@ -25,7 +25,6 @@ import torch
 
 from robolearn.checkpoints import checkpoint
 from robolearn.errors import CheckpointError, ConfigError
-from robolearn.eval import scores
 from robolearn.runners.base import RunnerBase, evaluate_policy, progress_bar, restore_rng, rng_state
 from robolearn.runners.off_policy import Means
 
@@ -121,9 +120,3 @@ class OfflineRunner(RunnerBase):
         restore_rng(self.generator, tensors, meta, self.device)
         self.iteration, self.wall_s = meta["iteration"], meta["wall_s"]
         self.algo.updates, self.last_eval = meta["updates"], meta["last_eval"]
-
-
-def reference_returns(data: Any, task: str) -> tuple[float, float] | None:
-    """(random, expert) returns to normalise by: the dataset's reference scores, else the task registry's
-    (`robolearn.eval.scores.reference_returns` of the dataset's metadata)."""
-    return scores.reference_returns(data.metadata, task)

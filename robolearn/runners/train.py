@@ -147,7 +147,7 @@ def run_training(cfg: dict[str, Any]) -> Path:
     run_cfg = runner_config(cfg, online=is_online(cfg))
     offline = isinstance(run_cfg, OfflineRunConfig)  # its envs are the evaluation episodes
     env = make_env(cfg["env"], seed, num_envs=run_cfg.eval_episodes if offline else None)
-    cfg["env"]["policy_dt"] = float(env.task.cfg.ctrl_dt * env.task.cfg.action_repeat)  # the policy acts this often
+    cfg["env"]["policy_dt"] = float(env.task.cfg.policy_dt)  # the policy acts this often
     saved = {**cfg, "resume": None}  # the run's own config: `resume` is how this process was started
     (run_dir / "config.yaml").write_text(json.dumps(saved, indent=2))  # JSON is valid YAML: readable by both
     runner = make_runner(env, cfg, run_dir, seed)
@@ -200,7 +200,7 @@ def make_runner(env: Any, cfg: dict[str, Any], run_dir: Path, seed: int):
 def _reference(run_cfg: Any, task: str) -> tuple[float, float] | None:
     """The (random, reference) returns online evaluations are normalised by: `runner.eval_reference`, else the
     task's."""
-    from robolearn.runners.base import task_reference
+    from robolearn.eval.scores import task_reference
 
     given = run_cfg.eval_reference
     if given is None:
@@ -263,7 +263,8 @@ def offline_runner(env: Any, cfg: dict[str, Any], algo_cfg: Any, run_cfg: Offlin
     """The offline runner with its algorithm and the dataset's buffer (checked against the env)."""
     from robolearn.data.formats import load_dataset
     from robolearn.data.replay import dataset_buffer
-    from robolearn.runners.offline import OfflineRunner, reference_returns
+    from robolearn.eval.scores import reference_returns
+    from robolearn.runners.offline import OfflineRunner
 
     path = resolve_dataset(cfg["dataset"])
     data = load_dataset(path)
@@ -277,5 +278,5 @@ def offline_runner(env: Any, cfg: dict[str, Any], algo_cfg: Any, run_cfg: Offlin
                             device=str(device), gamma=algo_cfg.gamma, extras=extras)
     algo.fit_state_normalizer(buffer.obs["policy"][:buffer.filled])  # normalize_states (a resume restores the same)
     print(f"dataset: {len(buffer)} transitions from {data.num_episodes} episodes in {path}")
-    return OfflineRunner(env, algo, buffer, run_dir, cfg, run_cfg, reference_returns(data, env.task.name), seed=seed,
-                         progress=cfg["progress"])
+    reference = reference_returns(data.metadata, env.task.name)
+    return OfflineRunner(env, algo, buffer, run_dir, cfg, run_cfg, reference, seed=seed, progress=cfg["progress"])

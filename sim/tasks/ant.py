@@ -204,7 +204,7 @@ class Ant(Task):
 
     def clock(self, info) -> jax.Array:
         """The gait clock (cos, sin of 2 pi GAIT_HZ t) at the episode time of `info["steps"]`."""
-        t = info["steps"] * self.cfg.ctrl_dt * self.cfg.action_repeat
+        t = info["steps"] * self.cfg.policy_dt
         phase = 2.0 * jnp.pi * GAIT_HZ * t
         return jnp.stack([jnp.cos(phase), jnp.sin(phase)])
 

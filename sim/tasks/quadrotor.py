@@ -116,7 +116,7 @@ class Quadrotor(Task):
         if not self.cfg.track:
             return center, jnp.zeros(3)
         w = 2 * jnp.pi / self._PERIOD
-        s = w * t * self.cfg.ctrl_dt * self.cfg.action_repeat + info["phase"]
+        s = w * t * self.cfg.policy_dt + info["phase"]
         a = self._SIZE
         pos = center + jnp.array([a * jnp.sin(s), a * jnp.sin(2 * s) / 2, 0.2 * jnp.sin(s)])
         vel = w * jnp.array([a * jnp.cos(s), a * jnp.cos(2 * s), 0.2 * jnp.cos(s)])

@@ -191,7 +191,7 @@ class QuadrupedJoystick(Task):
     @functools.cached_property
     def _command_steps(self) -> int:
         """Control steps between command draws."""
-        return max(1, int(round(self.cfg.command_period / (self.cfg.ctrl_dt * self.cfg.action_repeat))))
+        return max(1, int(round(self.cfg.command_period / self.cfg.policy_dt)))
 
     @functools.cached_property
     def _num_commands(self) -> int:
@@ -239,7 +239,7 @@ class QuadrupedJoystick(Task):
 
     def clock(self, info, steps) -> jax.Array:
         """Gait clock (cos, sin) at control step `steps`."""
-        t = steps * self.cfg.ctrl_dt * self.cfg.action_repeat
+        t = steps * self.cfg.policy_dt
         phase = info["phase"] + 2.0 * jnp.pi * self.cfg.gait_frequency * t
         return jnp.stack([jnp.cos(phase), jnp.sin(phase)])
 
@@ -328,7 +328,7 @@ class QuadrupedJoystick(Task):
         sigma = self.cfg.tracking_sigma
         torque = self.torques(phys)
         contact = self.contacts(phys)
-        air_time = info["air_time"] + self.cfg.ctrl_dt * self.cfg.action_repeat
+        air_time = info["air_time"] + self.cfg.policy_dt
         # A touchdown: the foot was in the air and now touches (or touched at the last step, which
         # debounces a foot that bounces once on landing).
         touchdown = (info["air_time"] > 0) * jnp.maximum(contact, info["last_contact"])
@@ -357,7 +357,7 @@ class QuadrupedJoystick(Task):
 
     def update_info(self, phys: Physics, action, info):
         contact = self.contacts(phys)
-        air_time = (info["air_time"] + self.cfg.ctrl_dt * self.cfg.action_repeat) * (1.0 - contact)
+        air_time = (info["air_time"] + self.cfg.policy_dt) * (1.0 - contact)
         return {**info, "prev_action": jnp.clip(action, -1.0, 1.0).astype(jnp.float32),
                 "air_time": air_time.astype(jnp.float32), "last_contact": contact}
 
