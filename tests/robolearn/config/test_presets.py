@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 from robolearn.config import ALGORITHMS, EnvConfig, compose
 
-ALGO_DIR = Path(__file__).resolve().parents[1] / "configs" / "algo"
+ALGO_DIR = Path(__file__).resolve().parents[3] / "configs" / "algo"
 PRESETS = sorted(ALGO_DIR.glob("*.yaml"))
 #: Keys whose comment may be left out: they name the preset rather than set a value someone published.
 NAMES = ("name", "recipe")
@@ -69,7 +69,7 @@ def test_a_preset_holds_only_what_differs_from_the_defaults(path: Path):
     assert name in ALGORITHMS, f"configs/algo/{path.name} composes algo.name={name!r}, not one of {sorted(ALGORITHMS)}"
     unknown = set(own) - {"algo", "env"}
     assert not unknown, (f"configs/algo/{path.name} sets {sorted(unknown)}: presets set algo.* and env.* (teach "
-                         "tests/test_presets.py where the defaults of another section live)")
+                         "tests/robolearn/config/test_presets.py where the defaults of another section live)")
     schema = ALGORITHMS[name][0]
     bases = {"algo": _composed(parents[-1])["algo"] if parents else _defaults(schema),
              "env": {**_defaults(EnvConfig), **_env_set(parents)}}

@@ -15,7 +15,7 @@ import torch
 from robolearn.checkpoints.policy import load_policy
 from robolearn.checkpoints.warm_start import adopt_architecture
 
-DATA = Path(__file__).parent / "data" / "pre_layout"
+DATA = Path(__file__).resolve().parents[2] / "data" / "pre_layout"
 EXPECTED = json.loads((DATA / "expected.json").read_text())
 #: the old kinds (algorithm names) -> the actor kinds the registry declares
 KINDS = {"ppo": "gaussian", "sac": "tanh_gaussian", "td3": "deterministic", "flow": "flow"}

@@ -1,6 +1,6 @@
 """The bridge against a real ROS 2 node: rclpy on Fast DDS (ROS 2's default middleware) in another process.
 
-tests/ros2_peer.py is that node (rclpy and the generated message classes only). These tests show that
+tests/real/ros2_peer.py is that node (rclpy and the generated message classes only). These tests show that
 robolearn's two network transports, ``dds`` (Cyclone DDS speaking the ROS 2 mapping) and ``rclpy``, talk to it:
 
 - the fake RC car's /odom and /imu reach it, it drives the car with geometry_msgs/Twist, it receives the deploy
@@ -79,7 +79,7 @@ def ros_env(dds_domain: int, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 
 
 class Ros2Peer:
-    """tests/ros2_peer.py in a subprocess; `call` sends one JSON command and returns its reply (see the script)."""
+    """tests/real/ros2_peer.py in a subprocess; `call` sends one JSON command and returns its reply (see the script)."""
 
     def __init__(self, env: dict[str, str], start_timeout: float = 30.0) -> None:
         """Start the node with ``env`` (its ROS_DOMAIN_ID) and wait for it to report ready."""

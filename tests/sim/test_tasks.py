@@ -12,7 +12,7 @@ import sim
 from sim.tasks import spec
 from sim.tasks.reference import measure_returns, scripted_policy
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 
 def _reference_policy(name: str):

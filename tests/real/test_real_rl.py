@@ -30,7 +30,7 @@ from robolearn.checkpoints.policy import build_policy
 from robolearn.commands.cli import run
 from robolearn.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def sac_policy(obs_dim: int, num_actions: int, hidden: tuple[int, ...]):

@@ -32,7 +32,7 @@ from robolearn.commands.cli import run
 from robolearn.data.episodes import Episode, load_episodes, save_episodes, to_transitions
 from robolearn.errors import ConfigError, DatasetError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cmd_record(opts: dict[str, str]) -> int:

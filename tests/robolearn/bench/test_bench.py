@@ -295,7 +295,7 @@ def test_pool_workers_exit_when_the_bench_process_dies():
         "    os._exit(0)\n"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                         cwd=Path(__file__).resolve().parents[1])
+                         cwd=Path(__file__).resolve().parents[3])
     worker = int(out.stdout.split()[0])
     deadline = time.time() + 20
     while time.time() < deadline:

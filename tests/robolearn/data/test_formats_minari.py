@@ -287,7 +287,7 @@ data = Dataset.from_episodes([{{"observations": np.ones((3, 2)), "actions": np.z
 for f in ("arrow", "hdf5"):
     assert fmt.read(fmt.write(data, {str(tmp_path)!r} + "/" + f + "/x-v0", data_format=f)).num_steps == 2
 """
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[3])
 
 
 # --- refusals and bad input ------------------------------------------------------------------------------

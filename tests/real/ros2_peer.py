@@ -2,7 +2,7 @@
 
 tests/test_real_ros2.py runs it in a subprocess as "the other ROS 2 node" (Fast DDS, ROS 2's default middleware):
 
-    python tests/ros2_peer.py serve
+    python tests/real/ros2_peer.py serve
 
 It reads one JSON command per line on stdin and answers each with one JSON line on stdout (``{"error": ...}`` when
 a command fails; the node keeps running). Messages travel as plain JSON: a dict per message, the ROS field names
