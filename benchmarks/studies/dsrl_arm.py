@@ -57,7 +57,7 @@ class Settings:
     bc: ChunkBCConfig = dataclasses.field(default_factory=lambda: ChunkBCConfig(
         policy="diffusion", chunk=5, num_steps=10, steps=6000))
     dsrl: DSRLConfig = dataclasses.field(default_factory=lambda: DSRLConfig(
-        magnitude=1.5, eval_every=2400, variant="na", latent="chunk"))  # eval_every: decisions (all envs)
+        eval_every=2400, variant="na", latent="chunk"))  # eval_every: decisions (all envs)
     sac: SACConfig = dataclasses.field(default_factory=lambda: SACConfig(
         utd_ratio=2.0, learning_starts=1500, critic_layer_norm=True, target_entropy_scale=0.0))
     #                                 learning_starts: warm-up decisions (dsrl.warmup's policy) first; init_temperature

@@ -128,7 +128,7 @@ def speed(args: Settings) -> dict:
     obs = env.reset(seed=0)
     began = time.perf_counter()
     for _ in range(cfg.num_steps):
-        actions, logp, values = ppo.act(obs)
+        actions, logp, values = ppo.rollout_step(obs)
         next_obs, rewards, dones, extras = env.step(actions)
         storage.add(obs, actions, logp, values, rewards, extras["terminated"], extras["time_outs"],
                     ppo.final_values(extras["final_obs"], extras["time_outs"]))

@@ -70,8 +70,7 @@ class DSRLJob:
     iterations: int = 100           # in all, each dsrl.steps_per_iteration decisions of every env
     checkpoint_interval: int = 10   # iterations between checkpoints/latest
     seed: int = 0
-    dsrl: DSRLConfig = dataclasses.field(default_factory=lambda: DSRLConfig(steps_per_iteration=30,
-                                                                            eval_every=19200))
+    dsrl: DSRLConfig = dataclasses.field(default_factory=DSRLConfig)
     sac: SACConfig = dataclasses.field(default_factory=dsrl_sac)
 
 
@@ -189,9 +188,8 @@ def run_dsrl(cfg: DSRLJob) -> Path:
         raise ConfigError(f"resume={cfg.resume}: no {run_dir / 'checkpoints' / 'latest'} to continue from")
     env = sim.make(task, num_envs=cfg.num_envs, seed=cfg.seed + 1, **overrides)
     eval_env = sim.make(task, num_envs=cfg.eval_envs, seed=cfg.seed + 7, **overrides) if cfg.eval_envs else None
-    dsrl = cfg.dsrl if eval_env is not None else dataclasses.replace(cfg.dsrl, eval_every=0)
     try:
-        runner = dsrl_runner(loaded.actor, env, eval_env, cfg.sac, run_dir, dsrl, seed=cfg.seed, progress=True)
+        runner = dsrl_runner(loaded.actor, env, eval_env, cfg.sac, run_dir, cfg.dsrl, seed=cfg.seed, progress=True)
         if cfg.resume:
             restore_dsrl(runner, run_dir / "checkpoints" / "latest")
         runner.learn(cfg.iterations, checkpoint_interval=cfg.checkpoint_interval)

@@ -33,6 +33,8 @@ def dsrl_runner(base: FlowPolicy | DiffusionPolicy, env: Any, eval_env: Any | No
     """SAC (or DSRL-NA) over `base`'s noise in `env` (and `eval_env`), as robolearn's off-policy runner; call
     `.learn(n)`."""
     cfg = cfg if cfg is not None else DSRLConfig()
+    if eval_env is None:  # nothing to evaluate on
+        cfg = dataclasses.replace(cfg, eval_every=0)
     shared = cfg.latent == "shared"
     noise_env = NoiseActionEnv(env, base, cfg.magnitude, shared)
     eval_noise_env = NoiseActionEnv(eval_env, base, cfg.magnitude, shared) if eval_env is not None else None

@@ -73,7 +73,7 @@ class OnPolicyRunner(RunnerBase):
         log_sums: dict[str, float] = {}
         log_counts: dict[str, int] = {}
         for _ in range(self.algo.cfg.num_steps):
-            actions, log_probs, values = self.algo.act(obs)
+            actions, log_probs, values = self.algo.rollout_step(obs)
             next_obs, rewards, dones, extras = self.env.step(actions)
             next_obs, rewards, dones = next_obs.to(self.device), rewards.to(self.device), dones.to(self.device)
             time_outs = extras["time_outs"].to(self.device)
@@ -95,14 +95,14 @@ class OnPolicyRunner(RunnerBase):
         tensors, meta = self._common_state()
         tensors.update(opt_tensors)
         meta.update({"optimizer": opt_meta, "learning_rate": self.algo.learning_rate})
-        model_config = {"policy": self.algo.policy.config, "run": self.config}
-        return checkpoint.save(path, model_config, self.algo.policy.state_dict(), tensors, meta)
+        model_config = {"policy": self.algo.config, "run": self.config}
+        return checkpoint.save(path, model_config, self.algo.model_state(), tensors, meta)
 
     def restore(self, path: str | Path) -> None:
         """Continue from a checkpoint saved by `save` (model, optimizer, RNGs, env state, counters)."""
         _, model_state = checkpoint.load(path)
         try:
-            self.algo.policy.load_state_dict(model_state)
+            self.algo.load_model_state(model_state)
         except RuntimeError as e:
             raise CheckpointError(f"checkpoint {path} does not fit this policy: {e}") from e
         meta, tensors = checkpoint.load_trainer(path)

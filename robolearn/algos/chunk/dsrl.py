@@ -160,8 +160,8 @@ class DSRLNA(SAC):
 @dataclasses.dataclass
 class DSRLConfig:
     magnitude: float = 1.5          # |noise| bound: x_T = magnitude * tanh(SAC's pre-activation) (paper: ~1.5)
-    steps_per_iteration: int = 10   # chunk decisions per env per logged iteration
-    eval_every: int = 0             # decisions (all envs) between evaluations; 0: none
+    steps_per_iteration: int = 30   # chunk decisions per env per logged iteration (arm-push: one episode of 5-chunks)
+    eval_every: int = 19200         # decisions (all envs) between evaluations (64 envs: every 10 iterations); 0: none
     variant: str = "sac"            # sac (DSRL-SAC) | na (DSRL-NA, noise aliasing)
     noise_critic_steps: int = 1     # DSRL-NA: noise-critic distillation steps per critic update (paper: 10)
     warmup: str = "base"            # before learning_starts: base (the base policy, noise ~ N(0, I) clipped to the

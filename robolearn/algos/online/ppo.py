@@ -109,8 +109,35 @@ class PPO:
         self.learning_rate = cfg.learning_rate
 
     @torch.no_grad()
-    def act(self, obs: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def rollout_step(self, obs: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sampled actions with their log-probabilities and the critic's values: what a rollout stores."""
         return self.policy.act(obs)
+
+    @torch.no_grad()
+    def act(self, obs: TensorDict, deterministic: bool = False, generator: torch.Generator | None = None
+            ) -> torch.Tensor:
+        """Actions for `obs`: the Gaussian's mean, or a sample (the learner protocol's `act`)."""
+        if deterministic:
+            return self.policy.act_deterministic(obs)
+        dist = self.policy.distribution(obs)
+        noise = torch.randn(dist.mean.shape, generator=generator, device=dist.mean.device)
+        return dist.mean + dist.stddev * noise
+
+    # --- checkpoints (the learner protocol) -----------------------------------------------------
+    @property
+    def config(self) -> dict:
+        """What `load_policy` rebuilds the actor-critic from (a checkpoint's `policy` entry)."""
+        return self.policy.config
+
+    @property
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"policy": self.optimizer}
+
+    def model_state(self) -> dict[str, torch.Tensor]:
+        return self.policy.state_dict()
+
+    def load_model_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.policy.load_state_dict(state)
 
     @torch.no_grad()
     def final_values(self, final_obs: TensorDict, time_outs: torch.Tensor) -> torch.Tensor | None:
