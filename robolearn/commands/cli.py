@@ -55,6 +55,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+#: Bare words a command takes as a shorthand for an option (`robolearn bench report out=...`).
+ALIASES: dict[str, dict[str, str]] = {"bench": {"report": "report_only=true"}}
+
+
 def _load(name: str, target: str) -> Any:
     module, attr = target.split(":")
     try:
@@ -74,10 +78,7 @@ def run(name: str, overrides: list[str]) -> int:
     if name in ("train", "finetune"):
         func(overrides)
         return 0
-    if name == "bench":  # `robolearn bench report ...`, `overrides=[a=1,b=2]`
-        from robolearn.commands.bench import cli_args
-
-        overrides = cli_args(overrides)
+    overrides = [ALIASES.get(name, {}).get(o, o) for o in overrides]
     cfg = compose(name.replace("-", "_"), overrides, schema)
     try:
         options = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), cfg))

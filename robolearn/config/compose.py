@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,6 +43,9 @@ def _quoted(arg: str) -> str:
     if "=" not in arg:
         raise ConfigError(f"arguments are key=value overrides, got {arg!r}")
     key, value = arg.split("=", 1)
+    if value.startswith("[") and value.endswith("]") and "=" in value and not re.search(r"[\[,]\s*[\"']", value):
+        # a list of overrides (`overrides=[a=1,b=[2,3]]`): Hydra's grammar wants each item quoted
+        return f"{key}=[" + ",".join(json.dumps(item) for item in _split_top(value[1:-1])) + "]"
     if value[:1] in ("[", "{", "'", '"'):
         return arg
     try:
@@ -49,6 +54,22 @@ def _quoted(arg: str) -> str:
     except HydraException:
         pass
     return f"{key}='" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _split_top(text: str) -> list[str]:
+    """`a=1,b=[2,3]` -> ["a=1", "b=[2,3]"]: the commas outside brackets."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch in "[{("
+        depth -= ch in "]})"
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        parts.append(current.strip())
+    return parts
 
 
 #: Options renamed or moved, per command: old key -> new key. An override of an old key is refused with its new name.
@@ -86,20 +107,31 @@ def compose(command: str, overrides: Sequence[str] = (), schema: type | None = N
     _register(command, schema)
     if not (config_dir() / f"{command}.yaml").is_file():
         raise ConfigError(f"no configs/{command}.yaml in {config_dir()}")
-    # `dataset=` names a dataset, but Hydra would read it as a choice in configs/dataset/ (the suites' folder)
-    datasets = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == "dataset"]
-    overrides = [o for o in overrides if o.split("=", 1)[0].lstrip("+") != "dataset"]
+    # A plain option named like a config-group folder the command does not compose (finetune's `algo=wsrl`, the
+    # `dataset=` of train and chunk-bc) is a value, not a group choice: it is set after composition.
+    plain_keys = {p.name for p in config_dir().iterdir() if p.is_dir()} - _groups(command)
+    plain = {o.split("=", 1)[0].lstrip("+"): o.split("=", 1)[1] for o in overrides
+             if o.split("=", 1)[0].lstrip("+") in plain_keys}
+    overrides = [o for o in overrides if o.split("=", 1)[0].lstrip("+") not in plain]
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
             cfg = hydra_compose(config_name=command, overrides=[_quoted(o) for o in overrides])
         out = OmegaConf.to_container(cfg, resolve=True)
     except (HydraException, OmegaConfBaseException) as e:
         raise ConfigError(f"bad {command} option: {_first_lines(e)}") from e
-    if datasets:
-        if "dataset" not in out:
-            raise ConfigError(f"robolearn {command.replace('_', '-')} has no dataset= option")
-        out["dataset"] = datasets[-1]
+    for key, value in plain.items():
+        if key not in out:
+            raise ConfigError(f"bad {command} option: robolearn {command.replace('_', '-')} has no {key}= option")
+        out[key] = value
     return out
+
+
+def _groups(command: str) -> set[str]:
+    """The config groups `configs/<command>.yaml` composes (its defaults list)."""
+    import yaml
+
+    defaults = (yaml.safe_load((config_dir() / f"{command}.yaml").read_text()) or {}).get("defaults") or []
+    return {str(next(iter(d))).split("@")[0].lstrip("/") for d in defaults if isinstance(d, dict)}
 
 
 def _first_lines(e: Exception) -> str:

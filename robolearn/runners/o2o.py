@@ -70,28 +70,13 @@ class FinetuneConfig:
 
 
 
-def _take(overrides: Sequence[str], keys: Sequence[str]) -> tuple[list[str], dict[str, str]]:
-    """Split `key=value` overrides whose key names a config group (algo, env) or a folder (dataset) from the rest:
-    Hydra would read them as group choices."""
-    rest, taken = [], {}
-    for o in overrides:
-        key = o.split("=", 1)[0].lstrip("+")
-        if "=" in o and key in keys:
-            taken[key] = o.split("=", 1)[1]
-        else:
-            rest.append(o)
-    return rest, taken
-
-
 def load_config(overrides: Sequence[str]) -> FinetuneConfig:
     """The composed `configs/finetune.yaml` with its overrides, checked."""
     from omegaconf import OmegaConf
 
     from robolearn.config import compose
 
-    rest, taken = _take(overrides, ("algo", "dataset", "env"))
-    raw = compose("finetune", rest, FinetuneConfig)
-    raw.update(taken)
+    raw = compose("finetune", overrides, FinetuneConfig)
     cfg: FinetuneConfig = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(FinetuneConfig), raw))
     if cfg.algo not in cfg.methods:
         raise ConfigError(f"algo={cfg.algo!r} is not an O2O method; use one of {sorted(cfg.methods)} "

@@ -104,9 +104,7 @@ def _other_mode_settings(cfg: dict[str, Any], algo_cfg: Any, run_cfg: Any) -> li
 def load_train_config(overrides: Sequence[str]) -> dict[str, Any]:
     """The train config that `key=value` overrides of configs/train.yaml compose (with `dataset=`, and without `env=`
     the dataset's task); with `resume=<run>` that run's own config (`iterations=` may grow it)."""
-    overrides, dataset = _split_dataset(list(overrides))
-    cfg = compose("train", overrides)
-    cfg["dataset"] = dataset
+    cfg = compose("train", _with_dataset_task(list(overrides)))
     if cfg["resume"]:
         return resume_config(cfg["resume"], cfg["iterations"])
     return cfg
@@ -243,19 +241,15 @@ def resolve_dataset(name: str) -> Path:
                       "(e.g. `robolearn collect suite=d4rl-like`)")
 
 
-def _split_dataset(overrides: list[str]) -> tuple[list[str], str | None]:
-    """Take `dataset=X` out of the overrides (configs/dataset/ is the dataset-suite folder, so Hydra would read it
-    as a group) and, without `env=`, make the env the dataset's task (from its metadata)."""
+def _with_dataset_task(overrides: list[str]) -> list[str]:
+    """Without `env=` (and not resuming), a `dataset=` run's task is the dataset's (from its metadata)."""
     given = {o.split("=", 1)[0].lstrip("+"): o.split("=", 1)[1] for o in overrides if "=" in o}
-    if "dataset" not in given:
-        return overrides, None
-    rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+") != "dataset"]
-    if "env" in given or "resume" in given:
-        return rest, given["dataset"]
+    if "dataset" not in given or "env" in given or "resume" in given:
+        return overrides
     from robolearn.data.formats import load_dataset
 
     task = load_dataset(resolve_dataset(given["dataset"])).metadata.get("task")
-    return ([*rest, f"env={task}"] if task else rest), given["dataset"]
+    return [*overrides, f"env={task}"] if task else overrides
 
 
 def offline_runner(env: Any, cfg: dict[str, Any], algo_cfg: Any, run_cfg: OfflineRunConfig, run_dir: Path, seed: int,

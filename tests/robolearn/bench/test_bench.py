@@ -13,10 +13,10 @@ import pytest
 
 from robolearn.bench.report import aggregate, score_matrices, score_table
 from robolearn.bench.suite import BenchConfig, load_suite, plan, read_score, run_ray, run_suite, suite_path
-from robolearn.commands.bench import cli_args
 from robolearn.commands.cli import main
 from robolearn.config import compose
 from robolearn.errors import ConfigError
+from robolearn.runners.o2o import FinetuneConfig
 from sim.tasks import spec
 
 # PPO on pendulum-swingup, 2 iterations of 4 envs x 16 steps, 16-step episodes: a cell trains in about a second
@@ -220,9 +220,13 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
         load_suite(tmp_path / "typo.yaml")
     with pytest.raises(ConfigError, match="smoke"):
         suite_path("no-such-suite")
-    assert cli_args(["report", "overrides=[a=1,b.c=[2,3]]", "x=1"]) == [
-        "report_only=true", 'overrides=["a=1","b.c=[2,3]"]', "x=1"]
-    assert compose("bench", cli_args(["overrides=[a=1,b.c=[2,3]]"]), BenchConfig)["overrides"] == ["a=1", "b.c=[2,3]"]
+    # a list of overrides needs no quotes (any command: bench's overrides=, finetune's offline= / online=)
+    assert compose("bench", ["overrides=[a=1,b.c=[2,3]]"], BenchConfig)["overrides"] == ["a=1", "b.c=[2,3]"]
+    assert compose("finetune", ["online=[algo.utd_ratio=2,algo.batch_size=128]"], FinetuneConfig)["online"] == [
+        "algo.utd_ratio=2", "algo.batch_size=128"]
+    from robolearn.commands.cli import ALIASES
+
+    assert ALIASES["bench"]["report"] == "report_only=true"  # `robolearn bench report out=...`
     assert main(["bench", "backend=slurm", "suite=smoke"]) == 2
 
 
