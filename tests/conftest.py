@@ -16,6 +16,7 @@ if "PYTEST_XDIST_WORKER" in os.environ:
 
     torch.set_num_threads(1)
 
+import torch  # noqa: E402  (after the thread settings above: torch reads them at import)
 
 # --- shared helpers for the real/ tests ----------------------------------------------------------------
 
@@ -57,3 +58,27 @@ def wait_until(condition, timeout: float = 10.0, interval: float = 0.005) -> boo
             return False
         time.sleep(interval)
     return True
+
+
+# --- shared helpers for the chunk-policy tests (policies/test_flow_policy.py, robolearn/algos/test_diffusion_dsrl.py)
+
+def chunk_target(obs: torch.Tensor) -> torch.Tensor:
+    """Chunks a = [sin(2 obs_0), 0.5 obs_1] (two steps of one action) for observations in [-1, 1]^2."""
+    return torch.stack([torch.sin(2 * obs[:, 0]), 0.5 * obs[:, 1]], 1).unsqueeze(-1)
+
+
+def bc_fit_error(policy: torch.nn.Module, draw_time, steps: int) -> float:
+    """Fit `policy.bc_loss` to `chunk_target` (times or steps from `draw_time(n, generator)`); the mean error of
+    its deterministic chunks after."""
+    opt = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        obs = torch.rand(128, 2, generator=gen) * 2 - 1
+        a = chunk_target(obs)
+        loss = policy.bc_loss(obs, a, torch.randn(a.shape, generator=gen), draw_time(128, gen))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    obs = torch.rand(256, 2, generator=gen) * 2 - 1
+    with torch.no_grad():
+        return float((policy(obs) - chunk_target(obs)).abs().mean())

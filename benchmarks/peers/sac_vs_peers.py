@@ -109,7 +109,7 @@ def update_speed(args: Settings) -> dict:
     def time_ours(algo: SAC) -> float:
         start = time.perf_counter()
         for _ in range(args.updates):
-            algo.update_critic(ours.buffer.sample(sac.batch_size, gen), gen)
+            algo.update(ours.buffer.sample(sac.batch_size, gen), gen)
         return args.updates / (time.perf_counter() - start)
 
     def time_peer() -> float:

@@ -588,7 +588,7 @@ def part_offpolicy(s: Settings, res: Result, budget_s: float) -> None:
         if algo == "sac":
             sac = robolearn_name("SAC")(obs_dim, obs_dim, num_actions, robolearn_name("SACConfig")(
                 batch_size=b, actor_hidden=h, critic_hidden=h, compile=compiled), dev)
-            return lambda: sac.update_critic(sample(), gen)
+            return lambda: sac.update(sample(), gen)
         iql = robolearn_name("IQL")(obs_dim, num_actions, robolearn_name("IQLConfig")(
             batch_size=b, actor_hidden=h, critic_hidden=h, value_hidden=h), dev)
         return lambda: iql.update(sample(), gen)
@@ -597,7 +597,7 @@ def part_offpolicy(s: Settings, res: Result, budget_s: float) -> None:
                batch_size=b, hidden=list(h),
                seed_batched={"S=8": "not implemented (no seed-batched learner in robolearn yet)",
                              "S=64": "not implemented (no seed-batched learner in robolearn yet)"},
-               note="one update: SAC = critic step + actor step + temperature step (update_critic with actor_every=1, "
+               note="one update: SAC = critic step + actor step + temperature step (update with actor_every=1, "
                     "2 critics); IQL = value + critic + actor steps. Batches are drawn on the device from a synthetic "
                     "replay of replay_size random transitions (indexing included in the timing). Rate: median of "
                     "3 rounds after warm-up; the first update's time includes compilation.")

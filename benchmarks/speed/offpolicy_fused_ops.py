@@ -100,7 +100,7 @@ def timed(algo: SAC, batch: dict[str, Any], updates: int, polyak: Callable) -> f
         gen = torch.Generator().manual_seed(0)
         start = time.perf_counter()
         for _ in range(updates):
-            algo.update_critic(batch, gen)
+            algo.update(batch, gen)
         return updates / (time.perf_counter() - start)
     finally:
         sac_module.polyak_update = ORIGINAL_POLYAK

@@ -56,7 +56,7 @@ def main() -> None:
     fields = {f.name for f in dataclasses.fields(SACConfig)}
     saved = {k: tuple(v) if isinstance(v, list) else v for k, v in online["algo"].items() if k in fields}
     cfg = SACConfig(**{**saved, "compile": False})
-    held = dataclasses.replace(cfg, actor_every=10**9)  # the same learner, its actor never stepped by update_critic
+    held = dataclasses.replace(cfg, actor_every=10**9)  # the same learner, its actor never stepped by update
     env = make_env({**online["env"], "num_envs": 8}, args.seed)
     gen = torch.Generator().manual_seed(args.seed)
 
@@ -108,7 +108,7 @@ def main() -> None:
         control.update_actor(batch(), gen)
     rows.append(probe(sac, "critic on warm-up data", 0))  # (2) the online critic alone
     for step in range(1, args.critic_steps + 1):
-        sac.update_critic(batch(), gen)
+        sac.update(batch(), gen)
         if step in (25, 50, 100, 200, 400, 800) or step == args.critic_steps:
             rows.append(probe(sac, "critic on warm-up data", step))
     for step in range(1, args.actor_steps + 1):  # (3) then the actor

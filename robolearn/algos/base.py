@@ -9,9 +9,10 @@ What a learner implements (`Learner`):
 
 - `for_env(env, cfg, device)`: the learner sized for a VecEnv's observation groups and actions;
 - `act(obs, deterministic)`: actions in [-1, 1] for a TensorDict of observation groups;
-- its update: on a rollout (`runner="on_policy"`: `update(storage, last_obs, generator)`) or on a minibatch
-  (`"off_policy"` / `"offline"`: `update_critic(batch, generator)`, one whole update per minibatch for the
-  offline algorithms), returning its statistics;
+- `update(...)`: one update, returning its statistics: on a rollout for the on-policy runner
+  (`update(storage, last_obs, generator)`), on a minibatch for the off-policy and offline runners
+  (`update(batch, generator)`: the critics, and the actor and temperature when their turn comes), counted in
+  `updates`;
 - its state for checkpoints: `model_state()` / `load_model_state(state)` (every learned tensor by name),
   `optimizers` (by name), `config` (what `load_policy` rebuilds the actor from: the `policy` entry of a
   checkpoint's config.json).

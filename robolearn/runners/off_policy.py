@@ -76,7 +76,7 @@ class OffPolicyLearner:
     """The update schedule and training state of off-policy learning; whoever collects calls `collected`.
 
     Args:
-        algo: SAC or TD3 (`update_critic(batch, generator)`, `model_state`, `optimizers`, `config`).
+        algo: SAC or TD3 (`update(batch, generator)`, `model_state`, `optimizers`, `config`).
         buffer: the online replay buffer (see `Replay`).
         offline: an offline buffer mixed into every batch at `algo.cfg.offline_ratio`, or None.
         generator: the random draws of sampling and updates (on the learner's device).
@@ -99,11 +99,11 @@ class OffPolicyLearner:
 
     def update(self, stats: Means | None = None, limit: int | None = None) -> int:
         """Pay the update debt, at most `limit` updates (the rest stays owed); returns how many ran. Each draws
-        one minibatch (`sample_mixed`) and calls `algo.update_critic`, whose statistics go into `stats`."""
+        one minibatch (`sample_mixed`) and calls `algo.update`, whose statistics go into `stats`."""
         cfg, done = self.algo.cfg, 0
         while self.update_debt >= 1.0 and (limit is None or done < limit):
             batch = sample_mixed(self.buffer, self.offline, cfg.batch_size, cfg.offline_ratio, self.generator)
-            out = self.algo.update_critic(batch, self.generator)
+            out = self.algo.update(batch, self.generator)
             if stats is not None:
                 stats.add(out)
             self.update_debt -= 1.0
@@ -125,7 +125,7 @@ class OffPolicyLearner:
         buf_tensors, buf_meta = self.buffer.state_dict()
         tensors.update({f"buffer/{k}": v for k, v in buf_tensors.items()})
         meta.update({"optimizers": opt_meta, "buffer": buf_meta, "updates": self.updates,
-                     "update_debt": self.update_debt, "critic_updates": self.algo.critic_updates})
+                     "update_debt": self.update_debt, "critic_updates": self.algo.updates})
         model_config = {"policy": self.algo.config, "run": run_config}
         return checkpoint.save(path, model_config, self.algo.model_state(), tensors, meta)
 
@@ -143,7 +143,7 @@ class OffPolicyLearner:
             raise CheckpointError(f"checkpoint {path} does not fit this learner: {e}") from e
         restore_rng(self.generator, tensors, meta)
         self.updates, self.update_debt = meta["updates"], meta["update_debt"]
-        self.algo.critic_updates = meta["critic_updates"]
+        self.algo.updates = meta["critic_updates"]
         return tensors, meta
 
 

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from conftest import bc_fit_error
 
 from policies.flow import FlowPolicy, gaussian_log_prob
 
@@ -72,28 +73,6 @@ def test_flow_noise_likelihood_is_the_mean_over_prior_and_steps():
     assert policy.velocity_net[0].weight.grad is not None and policy.noise_net[0].weight.grad is not None
     with pytest.raises(ValueError, match="noise head"):
         FlowPolicy(3, 2).sample(obs, "noise")
-
-
-def chunk_target(obs: torch.Tensor) -> torch.Tensor:
-    """Chunks a = [sin(2 obs_0), 0.5 obs_1] (two steps of one action) for observations in [-1, 1]^2."""
-    return torch.stack([torch.sin(2 * obs[:, 0]), 0.5 * obs[:, 1]], 1).unsqueeze(-1)
-
-
-def bc_fit_error(policy: torch.nn.Module, draw_time, steps: int) -> float:
-    """Fit `policy.bc_loss` to `chunk_target` (times or steps from `draw_time(n, generator)`); the mean error of
-    its deterministic chunks after."""
-    opt = torch.optim.Adam(policy.parameters(), lr=3e-3)
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(steps):
-        obs = torch.rand(128, 2, generator=gen) * 2 - 1
-        a = chunk_target(obs)
-        loss = policy.bc_loss(obs, a, torch.randn(a.shape, generator=gen), draw_time(128, gen))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    obs = torch.rand(256, 2, generator=gen) * 2 - 1
-    with torch.no_grad():
-        return float((policy(obs) - chunk_target(obs)).abs().mean())
 
 
 def test_behaviour_cloning_fits_a_chunk():

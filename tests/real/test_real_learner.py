@@ -203,8 +203,8 @@ def test_serl_with_offline_data_samples_half_and_half(tmp_path):
     assert learner.sac is not None and server.version == 1  # sized by the offline data, published at once
     assert learner.sac_cfg.offline_ratio == 0.5 and len(learner.off_policy.offline) == 100
     batches = []
-    update_critic = learner.sac.update_critic
-    learner.sac.update_critic = lambda batch, gen: batches.append(batch) or update_critic(batch, gen)
+    update = learner.sac.update
+    learner.sac.update = lambda batch, gen: batches.append(batch) or update(batch, gen)
     for k in range(5):
         server.send("car", steps(10, start=10 * k))
     learner.step()

@@ -108,7 +108,7 @@ class DSRLNA(SAC):
         chunk = denoise(self.base, obs, latent_noise(w, self.base, self.magnitude))
         return chunk.flatten(1).clamp(-1.0, 1.0)  # what `run_chunk` executes
 
-    def update_critic(self, batch: dict[str, Any], generator: torch.Generator | None = None
+    def update(self, batch: dict[str, Any], generator: torch.Generator | None = None
                       ) -> dict[str, torch.Tensor]:
         cfg = self.cfg
         obs, next_obs = batch["obs"]["policy"], batch["next_obs"]["policy"]
@@ -132,8 +132,8 @@ class DSRLNA(SAC):
             loss = 0.5 * ((self.noise_critic(obs_c, w) - q_a) ** 2).mean(-1).sum()
             self._step(self.noise_critic_opt, loss)
         stats["noise_critic_loss"] = loss.detach()
-        self.critic_updates += 1
-        if self.critic_updates % self.actor_period == 0:
+        self.updates += 1
+        if self.updates % self.actor_period == 0:
             stats.update(self.update_actor(batch, generator))
         return stats
 

@@ -5,7 +5,7 @@ configs, cited there), its networks, its losses as methods that take the batch a
 (so a test can recompute them by hand), and `update`: one gradient step of everything. What they all do
 the same way lives here, in `OfflineAlgo`:
 
-- `act(obs, deterministic=True)`: obs["policy"] [N, D] -> actions [N, A] in [-1, 1] (the mode, or a sample);
+- `act(obs, deterministic)`: obs["policy"] [N, D] -> actions [N, A] in [-1, 1] (the mode, or a sample);
 - `model_state` / `load_model_state`: every learned tensor, each network under `<name>.*` (the actor's
   under `actor.*`, which is what `robolearn.checkpoints.policy` reads) and scalars such as `log_alpha` by name;
 - `config`: the JSON-able description a checkpoint stores, with the actor's fields at the top level
@@ -154,7 +154,7 @@ class OfflineAlgo:
 
     # --- acting ---------------------------------------------------------------------------------
     @torch.no_grad()
-    def act(self, obs: Mapping[str, torch.Tensor], deterministic: bool = True,
+    def act(self, obs: Mapping[str, torch.Tensor], deterministic: bool = False,
             generator: torch.Generator | None = None) -> torch.Tensor:
         """Actions in [-1, 1] for obs["policy"] [N, D]: the actor's mode, or a sample (a tanh-Gaussian's own,
         a deterministic actor's action plus N(0, EXPLORATION_NOISE^2) noise, clipped)."""
@@ -189,23 +189,6 @@ class OfflineAlgo:
     @property
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return self._optimizers
-
-    # --- online (fine-tuning) -------------------------------------------------------------------
-    # The off-policy learner (`robolearn.runners.off_policy`) drives SAC by `update_critic` per minibatch and counts
-    # `critic_updates`; these let it drive an offline algorithm online too (CORL's finetune scripts, Cal-QL's online
-    # phase), with the replay settings the online config adds (`robolearn.core.buffers.ReplayConfig`).
-    def update_critic(self, batch: dict[str, Any], generator: torch.Generator | None = None
-                      ) -> dict[str, torch.Tensor]:
-        """One whole `update` (every network) per minibatch, as the off-policy learner asks for."""
-        return self.update(batch, generator)
-
-    @property
-    def critic_updates(self) -> int:
-        return self.updates
-
-    @critic_updates.setter
-    def critic_updates(self, value: int) -> None:
-        self.updates = value
 
     # --- checkpoints ----------------------------------------------------------------------------
     def _networks(self) -> dict[str, nn.Module]:

@@ -99,7 +99,8 @@ class SACConfig(ReplayConfig):
 
 
 class SAC:
-    """The learner: `act` for collection, `update_critic` / `update_actor` per minibatch.
+    """The learner: `act` for collection, `update` per minibatch (the critics every time, the actor and the
+    temperature every `actor_period` updates through `update_actor`).
 
     Random draws take an optional `torch.Generator` on the learner's device. The updates return
     their statistics as detached 0-d tensors, so a GPU never synchronises per update: callers
@@ -123,7 +124,7 @@ class SAC:
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr, fused=True)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr, fused=True)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.temperature_lr, fused=True)
-        self.critic_updates = 0
+        self.updates = 0
         if cfg.compile:
             self._ensure_adam_state()
             self._critic_update = compile_update(self._critic_update)
@@ -216,7 +217,7 @@ class SAC:
         self._step(self.critic_opt, loss)
         return stats
 
-    def update_critic(self, batch: dict[str, Any], generator: torch.Generator | None = None
+    def update(self, batch: dict[str, Any], generator: torch.Generator | None = None
                       ) -> dict[str, torch.Tensor]:
         """One critic step on a minibatch; every `actor_period` steps also the actor and temperature.
 
@@ -232,8 +233,8 @@ class SAC:
         steps = torch.ones_like(rewards) if steps is None else steps
         stats = self._critic_update(self.critic_obs(batch["obs"]), batch["actions"], rewards, steps,
                                     batch["discount"], next_policy, self.critic_obs(batch["next_obs"]), noise, idx)
-        self.critic_updates += 1
-        if self.critic_updates % self.actor_period == 0:
+        self.updates += 1
+        if self.updates % self.actor_period == 0:
             stats.update(self.update_actor(batch, generator))
         return stats
 

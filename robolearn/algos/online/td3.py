@@ -26,7 +26,7 @@ class TD3Config(SACConfig):
 
 
 class TD3(SAC):
-    """The learner; `act`, `update_critic`, `model_state` and `optimizers` as `SAC`'s, for the runner."""
+    """The learner; `act`, `update`, `model_state` and `optimizers` as `SAC`'s, for the runner."""
 
     def __init__(self, obs_dim: int, critic_obs_dim: int, num_actions: int, cfg: TD3Config | None = None,
                  device: str | torch.device = "cpu"):

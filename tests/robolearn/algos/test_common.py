@@ -47,7 +47,7 @@ def test_n_step_target_biases_every_step(cls, config):
     learner._target_min = lambda next_obs_c, next_actions, idx: torch.full((next_obs_c.shape[0],), NEXT_V)
     targets: list[torch.Tensor] = []
     learner._critic_step = lambda obs_c, actions, target: targets.append(target) or {}
-    learner.update_critic(batch)
+    learner.update(batch)
     for o, got in zip(batch["obs"]["policy"][:, 0].tolist(), targets[0].tolist(), strict=True):
         assert got == pytest.approx(_hand_target(int(o)), rel=1e-6), o
 

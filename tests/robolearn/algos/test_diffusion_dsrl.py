@@ -8,8 +8,8 @@ import math
 
 import pytest
 import torch
+from conftest import bc_fit_error
 from tensordict import TensorDict
-from test_flow_policy import bc_fit_error
 
 from policies.diffusion import DiffusionPolicy, cosine_alphas_cumprod
 from policies.flow import FlowPolicy

@@ -164,7 +164,7 @@ def test_sac_update_runs_with_hl_gauss_and_asymmetric_critic():
              "rewards": torch.randn(32), "next_obs": {"policy": torch.randn(32, 3), "critic": torch.randn(32, 5)},
              "discount": torch.full((32,), 0.99)}
     before = algo.critic_target.state_dict()["net.net.0.weight"].clone()
-    stats = algo.update_critic(batch)
+    stats = algo.update(batch)
     assert {"critic_loss", "q_mean", "actor_loss", "alpha", "entropy"} <= set(stats)
     assert not torch.equal(before, algo.critic_target.state_dict()["net.net.0.weight"])  # Polyak moved the target
 
@@ -193,7 +193,7 @@ def _updates(learner: SAC, steps: int) -> dict[str, float]:
                  "next_obs": {"policy": torch.randn(16, 5, generator=data)},
                  "actions": torch.rand(16, 2, generator=data) * 2 - 1, "rewards": torch.randn(16, generator=data),
                  "steps": torch.randint(1, 4, (16,), generator=data).float(), "discount": torch.full((16,), 0.99)}
-        stats = learner.update_critic(batch, g)
+        stats = learner.update(batch, g)
     return {k: float(v) for k, v in stats.items()}
 
 
