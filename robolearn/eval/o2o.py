@@ -91,7 +91,7 @@ def o2o_table(cells: Sequence[dict[str, Any]], algos: Sequence[str], datasets: S
     """The bench report's O2O section: per algorithm and dataset the mean ± std over seeds of each metric."""
     import numpy as np
 
-    lines = ["## Offline-to-online metrics (mean ± std over seeds; `o2o_metrics` in robolearn/finetune.py)", "",
+    lines = ["## Offline-to-online metrics (mean ± std over seeds; `o2o_metrics` in robolearn/eval/o2o.py)", "",
              "start: the score before the first online step; initial dip: the worst score in the first 10% of the "
              "online steps after the warm-up (`learning_starts`) minus the start (negative: a drop); steps to 90% of "
              "the final score (over the seeds that reach it); regret: the mean of 1 - score/100 over the online "

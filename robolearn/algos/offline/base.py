@@ -9,7 +9,7 @@ the same way lives here, in `OfflineAlgo`:
 - `model_state` / `load_model_state`: every learned tensor, each network under `<name>.*` (the actor's
   under `actor.*`, which is what `robolearn.checkpoints.policy` reads) and scalars such as `log_alpha` by name;
 - `config`: the JSON-able description a checkpoint stores, with the actor's fields at the top level
-  (`actor` is "tanh_gaussian" or "deterministic"), so `policy_io` loads any of them as a SAC or TD3 actor;
+  (`actor` is "tanh_gaussian" or "deterministic"), so `load_policy` loads any of them by that actor kind;
 - `optimizers`, `updates` (gradient steps done) and `_step`, one fused-Adam step on the gradient of a loss
   w.r.t. that optimizer's parameters only (`torch.autograd.grad`, as `robolearn.algos.online.sac`).
 
@@ -38,7 +38,7 @@ from robolearn.errors import CheckpointError, ConfigError
 ACTORS = ("tanh_gaussian", "deterministic")
 
 #: Std of the Gaussian noise `act(deterministic=False)` adds to a deterministic actor's action (TD3's
-#: exploration noise, also `policy_io`'s default for TD3 checkpoints).
+#: exploration noise, also `load_policy`'s default for deterministic actors).
 EXPLORATION_NOISE = 0.1
 
 

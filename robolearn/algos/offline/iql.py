@@ -12,7 +12,7 @@ V(s') and the advantages come from the value network before its step, as CORL's 
 The stochastic actor's likelihood is that of N(tanh(mu(s)), sigma(s)), a Gaussian around the tanh-Gaussian's
 mode, as CORL's and kostrikov/iql's policies (a tanh'd mean, no squashing of the samples): it fits the same
 deterministic action tanh(mu) without atanh of actions on the bounds (`act(deterministic=False)` and
-`policy_io`'s sample mode draw from the tanh-Gaussian, whose mode is the same). `squashed_likelihood: true`
+`load_policy`'s sample mode draw from the tanh-Gaussian, whose mode is the same). `squashed_likelihood: true`
 uses the exact tanh-Gaussian density instead. The actor's learning rate follows CORL's cosine decay to 0 over
 `actor_lr_decay_steps` updates (CosineAnnealingLR(T_max=max_timesteps)), computed from `updates`, so it
 resumes exactly. Defaults: CORL `algorithms/offline/iql.py`, `configs/offline/iql/halfcheetah/medium_v2.yaml`.
