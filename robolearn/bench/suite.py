@@ -48,31 +48,17 @@ import json
 import os
 import re
 import shutil
-import sys
-import time
-import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from robolearn.bench.backends import BACKENDS, cores, run_local, run_ray
+from robolearn.bench.cells import CELL_FILE, Cell, train_checkpoint
 from robolearn.bench.report import write_report
 from robolearn.data.dataset import write_json
 from robolearn.errors import ConfigError
 
-BACKENDS = ("local", "ray")
-
-
 COMMANDS = ("train", "finetune")
-
-
-#: where a row of metrics.jsonl says how far training got, most specific first
-STEP_KEYS = ("step", "env_steps", "gradient_steps", "updates", "iteration")
-
-
-EVAL_KEY = "eval/normalized_score"
-
-
-CELL_FILE = "bench_cell.json"  # in a cell's run folder: the overrides it started with
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -119,24 +105,6 @@ class Suite:
     overrides: list[str] = dataclasses.field(default_factory=list)
     description: str = ""
     command: str = "train"          # what a cell runs: `robolearn train`, or `robolearn finetune` (O2O: both phases)
-
-
-@dataclasses.dataclass
-class Cell:
-    """One training run of the suite."""
-
-    id: str
-    algo: str
-    dataset: str
-    seed: int
-    overrides: list[str]            # the train overrides, without run_dir (compared on resume)
-    run_dir: str
-    cwd: str                        # the directory relative paths in the overrides are relative to
-    log: str
-    command: str = "train"          # train | finetune
-
-    def train_args(self) -> list[str]:
-        return [*self.overrides, f"run_dir={self.run_dir}"]
 
 
 def suite_path(suite: str) -> Path:
@@ -207,138 +175,6 @@ def plan(suite: Suite, out: Path, overrides: Sequence[str] = ()) -> list[Cell]:
     return cells
 
 
-def run_cell(cell: Cell) -> dict[str, Any]:
-    """Train one cell in this (worker) process and read its score; a failure is returned as the error text."""
-    _worker_setup()
-    start = time.time()
-    error = None
-    with contextlib.suppress(OSError):
-        if Path(cell.cwd).is_dir():
-            os.chdir(cell.cwd)
-    Path(cell.log).parent.mkdir(parents=True, exist_ok=True)
-    Path(cell.run_dir).mkdir(parents=True, exist_ok=True)
-    resume = cell.command == "train" and _train_checkpoint(cell)  # `run` kept it: the same overrides, unfinished
-    write_json(Path(cell.run_dir) / CELL_FILE, {"overrides": cell.overrides, "command": cell.command})
-    with _output_to(cell.log):
-        try:
-            if cell.command == "finetune":
-                from robolearn.runners.o2o import finetune, load_config
-
-                cfg = load_config(cell.overrides)
-                cfg.run_dir = cell.run_dir
-                finetune(cfg)
-            else:
-                from robolearn.runners.train import load_train_config, resume_config, run_training
-
-                if resume:
-                    run_training(resume_config(cell.run_dir))
-                else:
-                    run = load_train_config(cell.overrides)
-                    run["run_dir"] = cell.run_dir
-                    run_training(run)
-        except Exception:
-            error = traceback.format_exc()
-            print(error, file=sys.stderr)
-    return cell_result(cell, error=error, wall_s=time.time() - start)
-
-
-def cell_result(cell: Cell, error: str | None = None, wall_s: float = 0.0) -> dict[str, Any]:
-    """The record of a cell: its identity, then its score and curve read from its run directory."""
-    record: dict[str, Any] = {"id": cell.id, "algo": cell.algo, "dataset": cell.dataset, "seed": cell.seed,
-                              "score": None, "curve": [], "source": None, "task": None, "wall_s": round(wall_s, 3),
-                              "error": error, "run_dir": cell.run_dir, "overrides": cell.overrides,
-                              "command": cell.command,
-                              "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    if error is None:
-        try:
-            record.update(read_score(cell.run_dir))
-        except Exception as e:  # any reason (no metrics, an unknown task) is the cell's error
-            record["error"] = f"{type(e).__name__}: {e}"
-    return record
-
-
-def read_score(run_dir: str | Path) -> dict[str, Any]:
-    """A run's normalised score: the last `eval/normalized_score` of metrics.jsonl, or else the last `mean_return`
-    normalised with the task's random and reference returns; with the curve of (step, score) it comes from. A
-    `robolearn finetune` folder is scored by its online run, and its O2O metrics (o2o.json) come along as "o2o"."""
-    run_dir = Path(run_dir)
-    if (run_dir / "online" / "metrics.jsonl").is_file():
-        record = read_score(run_dir / "online")
-        with contextlib.suppress(OSError, json.JSONDecodeError):
-            record["o2o"] = json.loads((run_dir / "o2o.json").read_text())
-        return record
-    metrics = run_dir / "metrics.jsonl"
-    if not metrics.is_file():
-        raise ConfigError(f"{metrics} does not exist")
-    rows = []
-    for line in metrics.read_text().splitlines():
-        with contextlib.suppress(json.JSONDecodeError):  # a half-written last line
-            rows.append(json.loads(line))
-    config = run_dir / "config.yaml"
-    task = (json.loads(config.read_text()).get("env") or {}).get("name") if config.is_file() else None
-    scored = [r for r in rows if _finite(r.get(EVAL_KEY))]
-    if scored:
-        curve = [(_step(r), float(r[EVAL_KEY])) for r in scored]
-        source = EVAL_KEY
-    else:
-        returns = [r for r in rows if _finite(r.get("mean_return"))]
-        if not returns:
-            raise ConfigError(f"{metrics} has neither {EVAL_KEY} nor a mean_return (no finished episode)")
-        if task is None:
-            raise ConfigError(f"{config} names no task (env.name) to normalise mean_return with")
-        from robolearn.eval.scores import normalized_score, task_reference
-
-        reference = task_reference(task)
-        if reference is None:
-            raise ConfigError(f"task {task} is unknown or has no reference return to normalise mean_return with")
-        curve = [(_step(r), normalized_score(float(r["mean_return"]), *reference)) for r in returns]
-        source = "mean_return"
-    return {"score": curve[-1][1], "curve": [list(p) for p in curve], "source": source, "task": task}
-
-
-def _finite(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and x == x and abs(x) != float("inf")
-
-
-def _step(row: dict[str, Any]) -> int | float:
-    for key in STEP_KEYS:
-        if _finite(row.get(key)) and row[key] > 0:
-            return row[key]
-    return 0
-
-
-def _worker_setup() -> None:
-    """One thread per worker (the cores are shared by the cells), and no JAX grabbing most of a GPU per process."""
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    import torch
-
-    from robolearn.core.cpu import tune_allocator
-
-    tune_allocator()
-    torch.set_num_threads(1)
-
-
-@contextlib.contextmanager
-def _output_to(path: str) -> Iterator[None]:
-    """stdout and stderr of this process (Python's and C's) appended to `path` meanwhile."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with open(path, "a") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-
-
 def run_suite(cfg: BenchConfig) -> Path:
     """Run the cells of `cfg.suite` that have no result yet, then write the report; returns the output folder."""
     if cfg.suite is None:
@@ -353,7 +189,7 @@ def run_suite(cfg: BenchConfig) -> Path:
                                      "datasets": [d.name for d in suite.datasets], "seeds": list(suite.seeds),
                                      "description": suite.description, "cells": [c.id for c in cells]})
     pending = [c for c in cells if not _finished(out, c)]
-    workers = cfg.workers or _cores()
+    workers = cfg.workers or cores()
     print(f"bench {path.stem}: {len(cells)} cells ({len(suite.algos)} algos x {len(suite.datasets)} datasets x "
           f"{len(suite.seeds)} seeds), {len(cells) - len(pending)} done, {len(pending)} to run on {cfg.backend}"
           + (f" ({min(workers, len(pending))} workers)" if cfg.backend == "local" and pending else "")
@@ -385,91 +221,6 @@ def run_suite(cfg: BenchConfig) -> Path:
     return out
 
 
-def exit_with_parent(parent: int, poll_s: float = 1.0) -> None:
-    """In a pool worker: a daemon thread that ends the process once `parent` is gone (the worker re-parented), so
-    a bench killed from outside (SIGKILL, `pkill` of the bench alone) leaves no worker training on; a cell stopped
-    that way resumes from its last checkpoint at the next bench."""
-    import threading
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll_s)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
-
-
-def run_local(cells: Sequence[Cell], done: Callable[[dict[str, Any]], None], workers: int) -> None:
-    """The cells in a pool of spawned worker processes; `done(result)` as each finishes. A cell whose worker
-    process dies (a crash, the OOM killer) breaks the pool: the cells it took with it run again in a fresh pool,
-    twice at most."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
-
-    context = multiprocessing.get_context("spawn")
-    attempts = dict.fromkeys((c.id for c in cells), 0)
-    todo = list(cells)
-    while todo:
-        retry = []
-        pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=context,
-                                   initializer=exit_with_parent, initargs=(os.getpid(),))
-        try:
-            futures = {pool.submit(run_cell, cell): cell for cell in todo}
-            for future in as_completed(futures):
-                cell = futures[future]
-                try:
-                    result = future.result()
-                except BrokenProcessPool as e:
-                    attempts[cell.id] += 1
-                    if attempts[cell.id] < 2:
-                        retry.append(cell)
-                        continue
-                    result = cell_result(cell, error=f"the worker process died: {e}")
-                except Exception:
-                    result = cell_result(cell, error=traceback.format_exc())
-                done(result)
-        except BaseException:  # interrupted (Ctrl-C): stop the running cells now rather than wait for them
-            for process in list((getattr(pool, "_processes", None) or {}).values()):
-                process.terminate()
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-        todo = retry
-
-
-def run_ray(cells: Sequence[Cell], done: Callable[[dict[str, Any]], None], address: str | None = None,
-            num_cpus: int | None = None) -> None:
-    """The cells as Ray tasks (one CPU each) on the Ray instance this process is connected to, else the cluster at
-    `address`, else a local instance started (and stopped) here; `done(result)` as each finishes."""
-    try:
-        import ray
-    except ImportError as e:
-        raise ConfigError("backend=ray needs Ray: pip install 'robolearn[bench]' (or pip install ray)") from e
-    started = False
-    if not ray.is_initialized():
-        if address:
-            ray.init(address=address)
-        else:
-            ray.init(num_cpus=num_cpus or _cores(), include_dashboard=False)
-        started = True
-    try:
-        task = ray.remote(num_cpus=1)(run_cell)
-        refs = {task.remote(cell): cell for cell in cells}
-        while refs:
-            ready, _ = ray.wait(list(refs), num_returns=1)
-            for ref in ready:
-                cell = refs.pop(ref)
-                try:
-                    result = ray.get(ref)
-                except Exception:
-                    result = cell_result(cell, error=traceback.format_exc())
-                done(result)
-    finally:
-        if started:
-            ray.shutdown()
-
-
 def _finished(out: Path, cell: Cell) -> bool:
     """Whether the cell has a result without error, for the same overrides."""
     try:
@@ -486,7 +237,7 @@ def _resumable(out: Path, cell: Cell) -> bool:
     a `robolearn train` cell with a checkpoint to resume from (`checkpoint_interval` sets how much a stop loses)."""
     if (out / "cells" / f"{cell.id}.json").exists():
         return False
-    if cell.command == "train" and not _train_checkpoint(cell):
+    if cell.command == "train" and not train_checkpoint(cell):
         return False
     try:
         started = json.loads((Path(cell.run_dir) / CELL_FILE).read_text())
@@ -495,18 +246,5 @@ def _resumable(out: Path, cell: Cell) -> bool:
     return started == {"overrides": cell.overrides, "command": cell.command}
 
 
-def _train_checkpoint(cell: Cell) -> bool:
-    """Whether a train cell's run folder has what `robolearn train resume=` needs: its config and a full checkpoint."""
-    run_dir = Path(cell.run_dir)
-    return (run_dir / "config.yaml").is_file() and (run_dir / "checkpoints" / "latest" / "trainer.json").is_file()
-
-
 def _cell(cells: Sequence[Cell], cell_id: str) -> Cell:
     return next(c for c in cells if c.id == cell_id)
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1

@@ -23,7 +23,7 @@ def cmd_bench(cfg: BenchConfig) -> int:
     robolearn bench report out=bench/smoke           # the report again from <out>/cells
 
     A suite (configs/bench/: smoke, prior-data; or a YAML file) lists algos and datasets (each a name and train
-    overrides), seeds and shared overrides; see robolearn/bench/suite.py and docs/bench.md.
+    overrides), seeds and shared overrides; see robolearn/bench/ (suite, cells, backends, report) and docs/bench.md.
     """
     if cfg.report_only:
         if cfg.out is None and cfg.suite is None:

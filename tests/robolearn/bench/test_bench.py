@@ -11,8 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from robolearn.bench.backends import run_ray
+from robolearn.bench.cells import read_score
 from robolearn.bench.report import aggregate, score_matrices, score_table
-from robolearn.bench.suite import BenchConfig, load_suite, plan, read_score, run_ray, run_suite, suite_path
+from robolearn.bench.suite import BenchConfig, load_suite, plan, run_suite, suite_path
 from robolearn.commands.cli import main
 from robolearn.config import compose
 from robolearn.errors import ConfigError
@@ -233,7 +235,8 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
 def test_an_interrupted_train_cell_continues_from_its_checkpoint(tmp_path):
     """A train cell stopped after a checkpoint (config and `checkpoints/latest` in its folder, no result) goes on
     from there when the bench runs again: its first iterations are not trained twice."""
-    from robolearn.bench.suite import CELL_FILE, _resumable, run_cell
+    from robolearn.bench.cells import CELL_FILE, run_cell
+    from robolearn.bench.suite import _resumable
 
     out = tmp_path / "out"
     overrides = ["iterations=4", "checkpoint_interval=2", *TINY[1:4]]
@@ -261,7 +264,8 @@ def test_an_interrupted_train_cell_continues_from_its_checkpoint(tmp_path):
 def test_an_interrupted_finetune_cell_keeps_its_run_folder(tmp_path):
     """A finetune cell with no result and the same overrides continues (finetune resumes its phases); a failed one,
     one whose overrides changed, or a train cell without a checkpoint starts over."""
-    from robolearn.bench.suite import CELL_FILE, _resumable
+    from robolearn.bench.cells import CELL_FILE
+    from robolearn.bench.suite import _resumable
 
     out = tmp_path / "out"
     suite = load_suite(_suite(tmp_path / "s.yaml", [{"name": "x", "overrides": ["iterations=5"]}], [0]))
@@ -289,7 +293,7 @@ def test_pool_workers_exit_when_the_bench_process_dies():
     script = (
         "import multiprocessing, os, sys, time\n"
         "from concurrent.futures import ProcessPoolExecutor\n"
-        "from robolearn.bench.suite import exit_with_parent\n"
+        "from robolearn.bench.backends import exit_with_parent\n"
         "if __name__ == '__main__':\n"
         "    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn'),\n"
         "                               initializer=exit_with_parent, initargs=(os.getpid(), 0.1))\n"

@@ -117,7 +117,7 @@ def test_finetune_improves_a_pretrained_policy_and_reports(dataset, pretrained, 
     assert metrics["offline_score"] is not None and metrics["dataset"] == str(dataset)
     online = json.loads((out / "online" / "config.yaml").read_text())
     assert online["runner"]["offline_data"] is None and online["algo"]["offline_ratio"] == 0.0  # WSRL keeps no data
-    from robolearn.bench.suite import read_score
+    from robolearn.bench.cells import read_score
 
     record = read_score(out)
     assert record["score"] == metrics["final_score"] and record["o2o"]["algo"] == "wsrl"

@@ -1,0 +1,109 @@
+"""Where a bench suite's cells run: `run_local` (a spawn process pool on this machine, one torch thread per
+worker, workers that exit with their parent) or `run_ray` (Ray tasks on a local instance or a cluster at an
+address); both report each finished cell to `done` as it comes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from robolearn.bench.cells import Cell, cell_result, run_cell
+from robolearn.errors import ConfigError
+
+BACKENDS = ("local", "ray")
+
+
+def exit_with_parent(parent: int, poll_s: float = 1.0) -> None:
+    """In a pool worker: a daemon thread that ends the process once `parent` is gone (the worker re-parented), so
+    a bench killed from outside (SIGKILL, `pkill` of the bench alone) leaves no worker training on; a cell stopped
+    that way resumes from its last checkpoint at the next bench."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+
+
+def run_local(cells: Sequence[Cell], done: Callable[[dict[str, Any]], None], workers: int) -> None:
+    """The cells in a pool of spawned worker processes; `done(result)` as each finishes. A cell whose worker
+    process dies (a crash, the OOM killer) breaks the pool: the cells it took with it run again in a fresh pool,
+    twice at most."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    context = multiprocessing.get_context("spawn")
+    attempts = dict.fromkeys((c.id for c in cells), 0)
+    todo = list(cells)
+    while todo:
+        retry = []
+        pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=context,
+                                   initializer=exit_with_parent, initargs=(os.getpid(),))
+        try:
+            futures = {pool.submit(run_cell, cell): cell for cell in todo}
+            for future in as_completed(futures):
+                cell = futures[future]
+                try:
+                    result = future.result()
+                except BrokenProcessPool as e:
+                    attempts[cell.id] += 1
+                    if attempts[cell.id] < 2:
+                        retry.append(cell)
+                        continue
+                    result = cell_result(cell, error=f"the worker process died: {e}")
+                except Exception:
+                    result = cell_result(cell, error=traceback.format_exc())
+                done(result)
+        except BaseException:  # interrupted (Ctrl-C): stop the running cells now rather than wait for them
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        todo = retry
+
+
+def run_ray(cells: Sequence[Cell], done: Callable[[dict[str, Any]], None], address: str | None = None,
+            num_cpus: int | None = None) -> None:
+    """The cells as Ray tasks (one CPU each) on the Ray instance this process is connected to, else the cluster at
+    `address`, else a local instance started (and stopped) here; `done(result)` as each finishes."""
+    try:
+        import ray
+    except ImportError as e:
+        raise ConfigError("backend=ray needs Ray: pip install 'robolearn[bench]' (or pip install ray)") from e
+    started = False
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address)
+        else:
+            ray.init(num_cpus=num_cpus or cores(), include_dashboard=False)
+        started = True
+    try:
+        task = ray.remote(num_cpus=1)(run_cell)
+        refs = {task.remote(cell): cell for cell in cells}
+        while refs:
+            ready, _ = ray.wait(list(refs), num_returns=1)
+            for ref in ready:
+                cell = refs.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except Exception:
+                    result = cell_result(cell, error=traceback.format_exc())
+                done(result)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1

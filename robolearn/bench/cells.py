@@ -1,0 +1,186 @@
+"""One cell of a bench suite: the training run it is (`Cell`), how a worker runs it (`run_cell`: one `robolearn
+train` or `robolearn finetune` in this process, its output to the cell's log, a failure recorded with its error),
+and its score read back from the run folder (`read_score`: the final normalised evaluation, the curve, the O2O
+metrics of a finetune cell).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from robolearn.data.dataset import write_json
+from robolearn.errors import ConfigError
+
+#: where a row of metrics.jsonl says how far training got, most specific first
+STEP_KEYS = ("step", "env_steps", "gradient_steps", "updates", "iteration")
+
+
+EVAL_KEY = "eval/normalized_score"
+
+
+CELL_FILE = "bench_cell.json"  # in a cell's run folder: the overrides it started with
+
+
+@dataclasses.dataclass
+class Cell:
+    """One training run of the suite."""
+
+    id: str
+    algo: str
+    dataset: str
+    seed: int
+    overrides: list[str]            # the train overrides, without run_dir (compared on resume)
+    run_dir: str
+    cwd: str                        # the directory relative paths in the overrides are relative to
+    log: str
+    command: str = "train"          # train | finetune
+
+    def train_args(self) -> list[str]:
+        return [*self.overrides, f"run_dir={self.run_dir}"]
+
+
+def run_cell(cell: Cell) -> dict[str, Any]:
+    """Train one cell in this (worker) process and read its score; a failure is returned as the error text."""
+    _worker_setup()
+    start = time.time()
+    error = None
+    with contextlib.suppress(OSError):
+        if Path(cell.cwd).is_dir():
+            os.chdir(cell.cwd)
+    Path(cell.log).parent.mkdir(parents=True, exist_ok=True)
+    Path(cell.run_dir).mkdir(parents=True, exist_ok=True)
+    resume = cell.command == "train" and train_checkpoint(cell)  # `run` kept it: the same overrides, unfinished
+    write_json(Path(cell.run_dir) / CELL_FILE, {"overrides": cell.overrides, "command": cell.command})
+    with _output_to(cell.log):
+        try:
+            if cell.command == "finetune":
+                from robolearn.runners.o2o import finetune, load_config
+
+                cfg = load_config(cell.overrides)
+                cfg.run_dir = cell.run_dir
+                finetune(cfg)
+            else:
+                from robolearn.runners.train import load_train_config, resume_config, run_training
+
+                if resume:
+                    run_training(resume_config(cell.run_dir))
+                else:
+                    run = load_train_config(cell.overrides)
+                    run["run_dir"] = cell.run_dir
+                    run_training(run)
+        except Exception:
+            error = traceback.format_exc()
+            print(error, file=sys.stderr)
+    return cell_result(cell, error=error, wall_s=time.time() - start)
+
+
+def cell_result(cell: Cell, error: str | None = None, wall_s: float = 0.0) -> dict[str, Any]:
+    """The record of a cell: its identity, then its score and curve read from its run directory."""
+    record: dict[str, Any] = {"id": cell.id, "algo": cell.algo, "dataset": cell.dataset, "seed": cell.seed,
+                              "score": None, "curve": [], "source": None, "task": None, "wall_s": round(wall_s, 3),
+                              "error": error, "run_dir": cell.run_dir, "overrides": cell.overrides,
+                              "command": cell.command,
+                              "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    if error is None:
+        try:
+            record.update(read_score(cell.run_dir))
+        except Exception as e:  # any reason (no metrics, an unknown task) is the cell's error
+            record["error"] = f"{type(e).__name__}: {e}"
+    return record
+
+
+def read_score(run_dir: str | Path) -> dict[str, Any]:
+    """A run's normalised score: the last `eval/normalized_score` of metrics.jsonl, or else the last `mean_return`
+    normalised with the task's random and reference returns; with the curve of (step, score) it comes from. A
+    `robolearn finetune` folder is scored by its online run, and its O2O metrics (o2o.json) come along as "o2o"."""
+    run_dir = Path(run_dir)
+    if (run_dir / "online" / "metrics.jsonl").is_file():
+        record = read_score(run_dir / "online")
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            record["o2o"] = json.loads((run_dir / "o2o.json").read_text())
+        return record
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.is_file():
+        raise ConfigError(f"{metrics} does not exist")
+    rows = []
+    for line in metrics.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):  # a half-written last line
+            rows.append(json.loads(line))
+    config = run_dir / "config.yaml"
+    task = (json.loads(config.read_text()).get("env") or {}).get("name") if config.is_file() else None
+    scored = [r for r in rows if _finite(r.get(EVAL_KEY))]
+    if scored:
+        curve = [(_step(r), float(r[EVAL_KEY])) for r in scored]
+        source = EVAL_KEY
+    else:
+        returns = [r for r in rows if _finite(r.get("mean_return"))]
+        if not returns:
+            raise ConfigError(f"{metrics} has neither {EVAL_KEY} nor a mean_return (no finished episode)")
+        if task is None:
+            raise ConfigError(f"{config} names no task (env.name) to normalise mean_return with")
+        from robolearn.eval.scores import normalized_score, task_reference
+
+        reference = task_reference(task)
+        if reference is None:
+            raise ConfigError(f"task {task} is unknown or has no reference return to normalise mean_return with")
+        curve = [(_step(r), normalized_score(float(r["mean_return"]), *reference)) for r in returns]
+        source = "mean_return"
+    return {"score": curve[-1][1], "curve": [list(p) for p in curve], "source": source, "task": task}
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and x == x and abs(x) != float("inf")
+
+
+def _step(row: dict[str, Any]) -> int | float:
+    for key in STEP_KEYS:
+        if _finite(row.get(key)) and row[key] > 0:
+            return row[key]
+    return 0
+
+
+def _worker_setup() -> None:
+    """One thread per worker (the cores are shared by the cells), and no JAX grabbing most of a GPU per process."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    from robolearn.core.cpu import tune_allocator
+
+    tune_allocator()
+    torch.set_num_threads(1)
+
+
+@contextlib.contextmanager
+def _output_to(path: str) -> Iterator[None]:
+    """stdout and stderr of this process (Python's and C's) appended to `path` meanwhile."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "a") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def train_checkpoint(cell: Cell) -> bool:
+    """Whether a train cell's run folder has what `robolearn train resume=` needs: its config and a full checkpoint."""
+    run_dir = Path(cell.run_dir)
+    return (run_dir / "config.yaml").is_file() and (run_dir / "checkpoints" / "latest" / "trainer.json").is_file()
