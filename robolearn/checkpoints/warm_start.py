@@ -15,6 +15,10 @@ from robolearn.errors import CheckpointError
 ARCHITECTURE = ("actor_hidden", "critic_hidden", "num_critics", "activation", "actor_layer_norm", "critic_layer_norm",
                 "normalize_states", "hl_gauss", "hl_bins")
 
+#: The reward shaping and discount a warm start takes from the checkpoint: its critics' values are in those units
+#: (a checkpoint trained at reward_scale 20 fine-tuned at 1 would start from values 20x too large).
+SHAPING = ("reward_scale", "reward_bias", "gamma")
+
 
 def checkpoint_dir(path: str | Path) -> Path:
     """A checkpoint folder from a run directory (its checkpoints/final, else latest) or a checkpoint folder."""
@@ -41,8 +45,9 @@ def source_settings(policy: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def adopt_architecture(algo: dict[str, Any], path: str | Path) -> dict[str, tuple[Any, Any]]:
-    """Set the network fields of a composed `algo` config to the checkpoint's (they must match to load its weights);
-    returns {field: (was, now)} for those that changed. Raises CheckpointError for an actor the learner lacks."""
+    """Set the network fields of a composed `algo` config to the checkpoint's (they must match to load its weights),
+    and its reward shaping and discount (`SHAPING`: the critics' values are in those units); returns
+    {field: (was, now)} for those that changed. Raises CheckpointError for an actor the learner lacks."""
     config, _ = checkpoint.load(checkpoint_dir(path))
     name, settings = source_settings(config.get("policy") or {})
     deterministic = (config["policy"].get("actor") or spec(name).actor) == "deterministic"
@@ -54,7 +59,7 @@ def adopt_architecture(algo: dict[str, Any], path: str | Path) -> dict[str, tupl
                               f"; algo={algo.get('name')} needs a {'stochastic' if deterministic else 'deterministic'}"
                               f" one: fine-tune it with one of algo={'|'.join(others)}")
     changed = {}
-    for key in ARCHITECTURE:
+    for key in (*ARCHITECTURE, *SHAPING):
         if key in settings and key in algo:
             now = list(settings[key]) if isinstance(settings[key], (list, tuple)) else settings[key]
             was = list(algo[key]) if isinstance(algo[key], (list, tuple)) else algo[key]

@@ -30,7 +30,9 @@ def o2o_metrics(curve: Sequence[tuple[float, float]], online_steps: int, offline
     - `initial_dip`: the worst score in the first 10% of the online steps that learn (those after the
       `learning_starts` steps of warm-up, which update nothing; at least one evaluation) minus the start score
       (<= 0: a drop);
-    - `steps_to_90`: the first env step at which the score reaches 90% of the final score (None if final <= 0);
+    - `steps_to_90`: the first env step at which the score reaches 90% of the final score; None when the final
+      score is <= 0 or below the start (`ended_below_start`: the run lost ground, so no time to reach its end is
+      meaningful: the start itself would count as "reached" and show 0 for a collapse);
     - `cumulative_regret`: the mean over the online evaluations of 1 - score / 100 (the area between the curve
       and the reference's level, as a fraction; CORL's regret with the normalised score in place of success);
     - `final_score`: the last evaluation's score.
@@ -47,9 +49,11 @@ def o2o_metrics(curve: Sequence[tuple[float, float]], online_steps: int, offline
     after = [s for s, _ in online if s > learning_starts]
     window = [v for s, v in online if s <= max(end, after[0] if after else 0.0)]
     dip = min(window) - start if window and start is not None else None
-    reach = next((s for s, v in points if v >= 0.9 * final), None) if final > 0 else None
+    below = start is not None and final < start
+    reach = next((s for s, v in points if v >= 0.9 * final), None) if final > 0 and not below else None
     regret = sum(1.0 - v / 100.0 for _, v in online) / len(online) if online else None
     return {"start_score": start, "offline_score": offline_score, "initial_dip": dip, "steps_to_90": reach,
+            "ended_below_start": below,
             "cumulative_regret": regret, "final_score": final, "online_steps": online_steps,
             "learning_starts": learning_starts}
 
@@ -94,7 +98,7 @@ def o2o_table(cells: Sequence[dict[str, Any]], algos: Sequence[str], datasets: S
     lines = ["## Offline-to-online metrics (mean ± std over seeds; `o2o_metrics` in robolearn/eval/o2o.py)", "",
              "start: the score before the first online step; initial dip: the worst score in the first 10% of the "
              "online steps after the warm-up (`learning_starts`) minus the start (negative: a drop); steps to 90% of "
-             "the final score (over the seeds that reach it); regret: the mean of 1 - score/100 over the online "
+             "the final score (over the seeds that reach it; none for a run that ends below its start); regret: the mean of 1 - score/100 over the online "
              "evaluations; final: the last evaluation.",
              "", "| algo | dataset | " + " | ".join(title for _, title, _ in O2O_COLUMNS) + " |",
              "|---|---|" + "---|" * len(O2O_COLUMNS)]

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from policies.normalizer import FixedNorm
 from robolearn.algos.base import AlgoSpec, register
 from robolearn.algos.common import polyak_update
 from robolearn.algos.offline.base import OfflineAlgo, adam, check, check_common, make_actor, make_critics
@@ -138,10 +139,21 @@ class RO2O(OfflineAlgo):
                 "ood_delta": uniform(cfg.ood_smooth_eps), "alpha": normal(b, a), "actor": normal(b, a),
                 "target": normal(b, a), "ood": normal(b, n, a)}
 
-    @staticmethod
-    def perturbed(obs: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        """[B * n, D]: each state of obs [B, D] plus each of the n perturbations delta [n, D] (state-major)."""
-        return (obs.unsqueeze(1) + delta.unsqueeze(0)).reshape(-1, obs.shape[-1])
+    def perturbed(self, obs: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        """[B * n, D]: each raw state of obs [B, D] plus each of the n perturbations delta [n, D] (state-major).
+
+        The eps are in normalised units, as the official code perturbs states after normalising them: delta is
+        scaled by the state normaliser's std (the identity without `normalize_states`), so the networks, which
+        normalise raw states themselves, see s_norm + delta."""
+        scale = self._state_std()
+        return (obs.unsqueeze(1) + (delta * scale).unsqueeze(0)).reshape(-1, obs.shape[-1])
+
+    def _state_std(self) -> torch.Tensor:
+        """The per-dimension std the networks divide raw states by [D] (ones when they do not normalise)."""
+        for module in self.actor.modules():
+            if isinstance(module, FixedNorm):
+                return module.std[: self.obs_dim]
+        return torch.ones(self.obs_dim, device=self.device)
 
     # --- losses ---------------------------------------------------------------------------------
     def alpha_loss(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:

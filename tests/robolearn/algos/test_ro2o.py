@@ -126,3 +126,18 @@ def test_cql_target_over_a_random_subset_of_critics():
     with pytest.raises(ConfigError, match="num_min_critics"):
         make_cql(num_critics=2, num_min_critics=3, subset_replace=False)
     assert math.isfinite(float(algo.update(batch, torch.Generator().manual_seed(0))["critic_loss"]))
+
+
+def test_perturbations_are_in_normalised_units():
+    """The eps are in the units the networks see (the official code normalises states, then perturbs them): with
+    states of std 100 a perturbation of 0.01 moves a normalised state by 0.01, not by 1e-4."""
+    from policies.normalizer import FixedNorm
+
+    algo = make_ro2o()
+    assert algo.cfg.normalize_states
+    states = torch.randn(500, D) * 100.0 + 5.0
+    algo.fit_state_normalizer(states)
+    norm = next(m for m in algo.actor.modules() if isinstance(m, FixedNorm))
+    obs, delta = states[:4], torch.full((3, D), 0.01)
+    moved = norm(algo.perturbed(obs, delta)).view(4, 3, D) - norm(obs).unsqueeze(1)
+    assert torch.allclose(moved, torch.full_like(moved, 0.01), atol=1e-4)

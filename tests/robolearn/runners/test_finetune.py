@@ -192,6 +192,10 @@ def test_o2o_metrics_by_hand():
     assert m["steps_to_90"] == 10000.0 and m["final_score"] == 80.0  # 72 first reached at the end
     assert m["cumulative_regret"] == pytest.approx(sum(1 - v / 100 for v in (20, 35, 60, 80)) / 4)
     assert o2o_metrics([(0, 10.0), (500, 95.0), (1000, 100.0)], 1000)["steps_to_90"] == 500.0
+    # a run that collapses ends below its start: no steps-to-90% (its start would count as reached: 0 +- 0)
+    collapse = o2o_metrics([(0, 97.0), (1000, 40.0), (2000, 0.5), (3000, 30.0)], 3000)
+    assert collapse["steps_to_90"] is None and collapse["ended_below_start"] and collapse["final_score"] == 30.0
+    assert not m["ended_below_start"]
     late = [(0, 40.0), (1200, 25.0), (2000, 10.0), (10000, 80.0)]  # no evaluation inside the first 1000 steps
     assert o2o_metrics(late, online_steps=10000)["initial_dip"] == -15.0  # the first online evaluation's
     # a 1000-step warm-up that updates nothing: the window is the next 10% of 9000 steps (to 1900), at least 2000
