@@ -74,9 +74,12 @@ def adopt_architecture(algo: dict[str, Any], path: str | Path) -> dict[str, tupl
 def warm_start(algo: Any, path: str | Path) -> list[str]:
     """Load a checkpoint's learned tensors into a learner by name: every tensor the learner has and the checkpoint
     holds with the same shape (a missing `critic_target.*` / `actor_target.*` from the online network), the rest keep
-    their initialisation. Returns the names of the networks (and scalars) loaded; the actor and critics must be."""
+    their initialisation; the temperature (`log_alpha`) too unless the learner's `warm_start_temperature` is false.
+    Returns the names of the networks (and scalars) loaded; the actor and critics must be."""
     _, source = checkpoint.load(checkpoint_dir(path))
     target = algo.model_state()
+    if not getattr(algo.cfg, "warm_start_temperature", True):  # the method starts online from its own temperature
+        source = {k: v for k, v in source.items() if k != "log_alpha"}
     state, loaded = {}, set()
     for key, value in target.items():
         name = key

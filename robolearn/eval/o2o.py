@@ -98,8 +98,8 @@ def o2o_table(cells: Sequence[dict[str, Any]], algos: Sequence[str], datasets: S
     lines = ["## Offline-to-online metrics (mean ± std over seeds; `o2o_metrics` in robolearn/eval/o2o.py)", "",
              "start: the score before the first online step; initial dip: the worst score in the first 10% of the "
              "online steps after the warm-up (`learning_starts`) minus the start (negative: a drop); steps to 90% of "
-             "the final score (over the seeds that reach it; none for a run that ends below its start); regret: the mean of 1 - score/100 over the online "
-             "evaluations; final: the last evaluation.",
+             "the final score (over the seeds that reach it; none for a run that ends below its start); regret: the "
+             "mean of 1 - score/100 over the online evaluations; final: the last evaluation.",
              "", "| algo | dataset | " + " | ".join(title for _, title, _ in O2O_COLUMNS) + " |",
              "|---|---|" + "---|" * len(O2O_COLUMNS)]
     for algo in algos:

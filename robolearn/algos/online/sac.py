@@ -74,6 +74,8 @@ class SACConfig(ReplayConfig):
     # entropy
     backup_entropy: bool = True   # subtract alpha * log pi(a'|s') in the TD target
     init_temperature: float = 1.0
+    warm_start_temperature: bool = True  # a warm start (init=) takes the checkpoint's temperature; false: the online
+    #                                      phase starts from init_temperature (WSRL here: `configs/finetune.yaml`)
     learn_temperature: bool = True
     target_entropy_scale: float = 1.0  # target entropy = -scale * |A|
     # critic head

@@ -28,3 +28,27 @@ def test_a_matching_checkpoint_changes_nothing_but_the_sizes(tmp_path):
     checkpoint.save(tmp_path / "ckpt", {"policy": source.config, "run": {}}, source.model_state())
     algo = compose("train", ["algo=sac"])["algo"]
     assert set(adopt_architecture(algo, tmp_path / "ckpt")) == {"actor_hidden", "critic_hidden"}
+
+
+def test_the_online_temperature_is_each_methods_explicit_choice(tmp_path):
+    """WSRL starts online from a fresh temperature, not Cal-QL's conservative-phase alpha (0.57-0.68 here, which the
+    online critic cannot carry); the methods that continue their own learner keep theirs (configs/finetune.yaml)."""
+    import math
+
+    import torch
+
+    from robolearn.runners.o2o import load_config
+
+    offline = CalQL(3, 1, CalQLConfig(actor_hidden=(8,), critic_hidden=(8,)))
+    with torch.no_grad():
+        offline.log_alpha.fill_(math.log(0.6))
+    checkpoint.save(tmp_path / "ckpt", {"policy": offline.config, "run": {}}, offline.model_state())
+    methods = load_config(["algo=wsrl", "dataset=x"]).methods
+    wsrl = compose("train", methods["wsrl"].online)["algo"]
+    adopt_architecture(wsrl, tmp_path / "ckpt")
+    online = SAC(3, 3, 1, algo_config(wsrl))
+    assert "log_alpha" not in warm_start(online, tmp_path / "ckpt") and abs(float(online.alpha) - 0.05) < 1e-8
+    inherit = SAC(3, 3, 1, algo_config({**wsrl, "warm_start_temperature": True}))
+    assert "log_alpha" in warm_start(inherit, tmp_path / "ckpt") and abs(float(inherit.alpha) - 0.6) < 1e-6
+    calql = compose("train", methods["calql"].online)["algo"]
+    assert algo_config(calql, online=True).__dict__.get("warm_start_temperature", True)  # continues its own
