@@ -39,6 +39,8 @@ class ReplayConfig:
     offline_ratio: float = 0.0    # fraction of each batch drawn from an offline buffer (RLPD: 0.5)
     learning_starts: int = 5000   # env transitions collected before the first update
     random_warmup: bool = True    # uniform random actions until learning_starts (off: the actor's, as WSRL)
+    warmup_whole_episodes: bool = False  # the warm-up goes on past learning_starts until every env has ended an
+    #                                      episode, so the buffer starts with whole episodes (WSRL's one env)
 
 
 def check_replay(cfg: ReplayConfig) -> None:

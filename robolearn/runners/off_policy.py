@@ -88,11 +88,12 @@ class OffPolicyLearner:
         self.updates = 0
         self.update_debt = 0.0
 
-    def collected(self, new: int, total: int) -> bool:
-        """Count `new` transitions, `total` in all so far: past `learning_starts`, each owes `utd_ratio` critic
-        updates. Returns whether learning has started (updates are owed)."""
+    def collected(self, new: int, total: int, warming: bool = False) -> bool:
+        """Count `new` transitions, `total` in all so far: past `learning_starts` (and the warm-up, while the caller
+        says it goes on: `warmup_whole_episodes`), each owes `utd_ratio` critic updates. Returns whether learning has
+        started (updates are owed)."""
         cfg = self.algo.cfg
-        if total <= cfg.learning_starts:
+        if total <= cfg.learning_starts or warming:
             return False
         self.update_debt += cfg.utd_ratio * new
         return True
@@ -174,6 +175,7 @@ class OffPolicyRunner(RunnerBase):
         buffer = ReplayBuffer(max(cfg.buffer_size, env.num_envs), env.num_envs, dims, env.num_actions,
                               self.device, cfg.n_step, cfg.gamma)
         self.learner = OffPolicyLearner(algo, buffer, offline, self.generator)
+        self.episode_ended = torch.zeros(env.num_envs, dtype=torch.bool, device=self.device)  # since the start
 
     @property
     def algo(self) -> SAC:
@@ -228,9 +230,10 @@ class OffPolicyRunner(RunnerBase):
         stats = Means()  # env log floats and the learner's 0-d tensors (synced once, at the end)
         update_s, updates = 0.0, 0
         for _ in range(self.steps_per_iteration):
-            if self.env_steps < cfg.learning_starts and self.warmup_actions is not None:
+            warming = self._warming()
+            if warming and self.warmup_actions is not None:
                 actions = self.warmup_actions(self.env.num_envs, self.generator).to(self.device)
-            elif self.env_steps < cfg.learning_starts and cfg.random_warmup:
+            elif warming and cfg.random_warmup:
                 actions = torch.rand(self.env.num_envs, self.env.num_actions, generator=self.generator,
                                      device=self.device) * 2 - 1
             else:
@@ -241,17 +244,25 @@ class OffPolicyRunner(RunnerBase):
             self.buffer.add(obs, actions.to(self.device), rewards, extras["final_obs"].to(self.device), terminated,
                             dones.bool() & ~terminated.bool())
             self._track_episodes(rewards, dones.bool())
+            self.episode_ended |= dones.bool()
             self.env_steps += self.env.num_envs
             env_log = {k: float(v) for k, v in extras["log"].items()}
             stats.add({k: v for k, v in env_log.items() if v == v})  # NaN: an `episode/` metric, no episode ended
             obs = next_obs
-            if self.learner.collected(self.env.num_envs, self.env_steps):
+            if self.learner.collected(self.env.num_envs, self.env_steps, warming=self._warming()):
                 start = time.perf_counter()
                 updates += self.learner.update(stats)
                 if self.device.type == "cuda":  # time the updates, not their launch
                     torch.cuda.synchronize(self.device)
                 update_s += time.perf_counter() - start
         return obs, stats.means(), update_s, updates
+
+    def _warming(self) -> bool:
+        """Whether the warm-up goes on: before `learning_starts` env steps, and with `warmup_whole_episodes` until
+        every env has ended an episode (the buffer then starts with whole episodes, as WSRL's one env does)."""
+        cfg = self.algo.cfg
+        return self.env_steps < cfg.learning_starts or (getattr(cfg, "warmup_whole_episodes", False)
+                                                        and not bool(self.episode_ended.all()))
 
     def evaluate(self) -> dict[str, float]:
         """The deterministic (or sampled) policy on the evaluation envs (`evaluate_policy`), seeded by env step."""
@@ -262,9 +273,13 @@ class OffPolicyRunner(RunnerBase):
     def save(self, path: str | Path) -> Path:
         """Checkpoint the learner (`OffPolicyLearner.save`) with the env state, episodes and counters."""
         tensors, meta = self._env_state()
+        tensors["warmup.episode_ended"] = self.episode_ended.cpu()
         return self.learner.save(path, self.config, tensors, meta)
 
     def restore(self, path: str | Path) -> None:
         """Continue from a checkpoint saved by `save` (networks, optimizers, replay buffer, RNGs, env state)."""
         tensors, meta = self.learner.restore(path)
         self._restore_env(tensors, meta)
+        ended = tensors.get("warmup.episode_ended")  # a checkpoint from before it: past its warm-up
+        self.episode_ended = (ended.to(self.device) if ended is not None else
+                              torch.full_like(self.episode_ended, self.env_steps >= self.algo.cfg.learning_starts))

@@ -59,8 +59,8 @@ def test_warm_start_and_the_wsrl_warm_up(pretrained, tmp_path):
     """The online learner starts from the checkpoint (its 4 critics, not the preset's 10); during the warm-up the
     buffer fills with the pre-trained policy's sampled actions and no update runs; no offline buffer exists."""
     cfg = compose("train", ["env=cartpole-balance", "algo=wsrl", EP, *SMALL, f"init={pretrained}",
-                            "algo.learning_starts=160", "runner.steps_per_iteration=10", "video=false",
-                            "progress=false"])
+                            "algo.learning_starts=160", "algo.warmup_whole_episodes=false",  # (test_warmup.py)
+                            "runner.steps_per_iteration=10", "video=false", "progress=false"])
     cfg["dataset"] = None
     cfg = resolve_run(cfg)
     assert cfg["algo"]["num_critics"] == 4 and cfg["algo"]["offline_ratio"] == 0.0
@@ -111,7 +111,7 @@ def test_finetune_improves_a_pretrained_policy_and_reports(dataset, pretrained, 
     out = tmp_path / "wsrl"
     finetune(["algo=wsrl", f"checkpoint={pretrained}", f"run_dir={out}", "online_steps=1600", "eval_every=800",
               "eval_episodes=8", "progress=false", f'online=["{EP}","algo.learning_starts=320",'
-              '"algo.utd_ratio=2","algo.batch_size=128"]'])
+              '"algo.warmup_whole_episodes=false","algo.utd_ratio=2","algo.batch_size=128"]'])
     metrics = json.loads((out / "o2o.json").read_text())
     assert metrics["final_score"] > metrics["start_score"] + 30, metrics
     assert metrics["offline_score"] is not None and metrics["dataset"] == str(dataset)
