@@ -164,3 +164,16 @@ def test_every_command_lists_its_options_and_names_a_bad_key(command, capsys):
     assert "options of `robolearn" in capsys.readouterr().out
     assert main([command, "no_such_option=1"]) == 2
     assert "no_such_option" in capsys.readouterr().err
+
+
+def test_a_renamed_or_removed_option_names_its_replacement(capsys):
+    from robolearn.config.compose import REMOVED, RENAMED
+
+    for command, renamed in RENAMED.items():
+        for old, new in renamed.items():
+            assert main([command.replace("_", "-"), f"{old}=x"]) == 2
+            assert f"`{new}`" in capsys.readouterr().err, (command, old)
+    for command, removed in REMOVED.items():
+        for old, hint in removed.items():
+            assert main([command.replace("_", "-"), f"{old}=x"]) == 2
+            assert hint in capsys.readouterr().err, (command, old)

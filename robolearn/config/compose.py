@@ -80,10 +80,18 @@ RENAMED: dict[str, dict[str, str]] = {
 }
 
 
+#: Options removed, per command: old key -> what to do instead.
+REMOVED: dict[str, dict[str, str]] = {
+    "fake_robot": {"robot": "the fake robot simulates only the RC car (deploy's robot=rc_car): drop robot="},
+}
+
+
 def _refuse_renamed(command: str, overrides: Sequence[str]) -> None:
-    renamed = RENAMED.get(command, {})
+    renamed, removed = RENAMED.get(command, {}), REMOVED.get(command, {})
     for o in overrides:
         key = o.split("=", 1)[0].lstrip("+~")
+        if key in removed:
+            raise ConfigError(f"`{key}` was removed from robolearn {command.replace('_', '-')}: {removed[key]}")
         if key in renamed:
             raise ConfigError(f"`{key}` is now `{renamed[key]}` in robolearn {command.replace('_', '-')}: write "
                               f"{renamed[key]}={o.split('=', 1)[1] if '=' in o else '...'}")
