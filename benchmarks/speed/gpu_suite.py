@@ -11,7 +11,7 @@ results. `benchmarks/gpu_suite.sh` runs the parts one process each, in this orde
   skipped (and recorded so) when its predicted compile + run would overrun the part's budget.
 - `smoke`: MJX on the default JAX device against the MuJoCo C engine on the CPU for one task: same initial states,
   same random actions, 100 steps; max abs observation and reward differences, next to the tolerances of the sim's
-  own backend test (tests/test_sim_env.py::test_backends_agree).
+  own backend test (tests/sim/test_sim_env.py::test_backends_agree).
 - `ppo`: `robolearn train` (PPO, cartpole-swingup, MJX, 4096 envs, the learner on the GPU) in a child process,
   stopped when the mean episode return reaches 800 or at a wall-clock cap; the curve and the time to 800.
 - `offpolicy`: SAC and IQL gradient updates/s at batch 256 with 256x256 networks on synthetic replay data, one
@@ -426,7 +426,7 @@ def part_smoke(s: Settings, res: Result, budget_s: float) -> None:
     task, n, steps = s.smoke_task, s.sizes[0], s.smoke_steps
     spec = sim.task_spec(task)
     res.update(task=task, num_envs=n, steps=steps, mjx_device=str(jax.devices()[0]), c_device="cpu",
-               reference={"test": "tests/test_sim_env.py::test_backends_agree", "atol": 1e-4, "rtol": 1e-3,
+               reference={"test": "tests/sim/test_sim_env.py::test_backends_agree", "atol": 1e-4, "rtol": 1e-3,
                           "equivalence_steps": spec.equivalence_steps,
                           "note": "the test compares 4 envs over equivalence_steps from the first step's observation; "
                                   "MJX runs float32, the C engine float64"})

@@ -227,7 +227,7 @@ def _finished(out: Path, cell: Cell) -> bool:
         record = json.loads((out / "cells" / f"{cell.id}.json").read_text())
     except (OSError, json.JSONDecodeError):
         return False
-    return (not record.get("error") and record.get("overrides") == cell.overrides
+    return (not record.get("error") and _renamed(record.get("overrides"), cell.command) == cell.overrides
             and record.get("command", "train") == cell.command)
 
 
@@ -243,7 +243,23 @@ def _resumable(out: Path, cell: Cell) -> bool:
         started = json.loads((Path(cell.run_dir) / CELL_FILE).read_text())
     except (OSError, json.JSONDecodeError):
         return False
-    return started == {"overrides": cell.overrides, "command": cell.command}
+    return (_renamed(started.get("overrides"), cell.command) == cell.overrides
+            and started.get("command") == cell.command)
+
+
+def _renamed(overrides: Any, command: str) -> Any:
+    """A cell's recorded overrides with the options renamed since in today's names (`algo.env_steps=` is
+    `runner.env_steps=` now), so a bench folder started before a rename still resumes."""
+    from robolearn.config.compose import RENAMED
+
+    if not isinstance(overrides, list):
+        return overrides
+    renamed = RENAMED.get(command, {})
+    out = []
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        out.append(f"{renamed.get(key.lstrip('+'), key)}{sep}{value}" if sep else o)
+    return out
 
 
 def _cell(cells: Sequence[Cell], cell_id: str) -> Cell:

@@ -165,8 +165,7 @@ def help_text(command: str, schema: type | None = None, doc: str = "", overrides
     lines = [doc.strip(), "", header, ""] if doc else []
     lines += ["  " + line for line in yaml.safe_dump(cfg, sort_keys=False, default_flow_style=None).splitlines()]
     groups = sorted(p for p in config_dir().iterdir() if p.is_dir())
-    used = [g for g in groups if g.name in cfg or (command == "train" and g.name in ("env", "algo"))
-            or (command in ("deploy", "actor") and g.name == "deploy")]
+    used = [g for g in groups if g.name in _groups(command)]  # the groups it composes, not same-named options
     for group in used:
         names = sorted(p.stem for p in group.glob("*.yaml"))
         lines.append(f"\n  {group.name}=<{'|'.join(names)}>")

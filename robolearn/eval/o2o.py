@@ -70,9 +70,21 @@ def refresh_o2o(o2o: dict[str, Any], curve: Sequence[tuple[float, float]], run_d
 
 
 def learning_starts(run_dir: str | Path) -> int:
-    """The env steps before the first update of a finetune run's online phase (its `algo.learning_starts`)."""
-    config = Path(run_dir) / "online" / "config.yaml"
-    return int(json.loads(config.read_text())["algo"].get("learning_starts", 0)) if config.is_file() else 0
+    """The env steps before the first update of a finetune run's online phase: where its metrics first count an
+    update (a whole-episode warm-up, `warmup_whole_episodes`, may run past `algo.learning_starts`), else its
+    `algo.learning_starts`."""
+    online = Path(run_dir) / "online"
+    config = online / "config.yaml"
+    given = int(json.loads(config.read_text())["algo"].get("learning_starts", 0)) if config.is_file() else 0
+    metrics = online / "metrics.jsonl"
+    if metrics.is_file():
+        before = 0  # env steps at the end of the last iteration without an update
+        for line in metrics.read_text().splitlines():
+            row = json.loads(line) if line.strip() else {}
+            if row.get("updates"):
+                return max(given, before)
+            before = int(row.get("env_steps", before))
+    return given
 
 
 def read_curve(run_dir: str | Path, key: str = "eval/normalized_score") -> list[tuple[float, float]]:

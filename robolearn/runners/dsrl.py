@@ -71,8 +71,14 @@ def restore_dsrl(runner: OffPolicyRunner, path: str | Path) -> None:
     variant, latent, magnitude or network would load partly and silently)."""
     saved = checkpoint.load(path)[0].get("run", {}).get("algo", {})
     current = json.loads(json.dumps(runner.config["algo"]))  # tuples as the saved JSON has them
+    saved = {**{k: v for k, v in _defaults().items() if k not in saved}, **saved}  # settings added since: defaults
     differ = sorted(k for k in current.keys() | saved.keys()
                     if k not in ("eval_every", "eval_deterministic") and current.get(k) != saved.get(k))
     if differ:
         raise ConfigError(f"{path} was saved with other DSRL/SAC settings ({', '.join(differ)}): resume with its own")
     runner.restore(path)
+
+
+def _defaults() -> dict:
+    """The SAC and DSRL settings' defaults, as a saved run's JSON holds them (for runs saved before a setting)."""
+    return json.loads(json.dumps({**dataclasses.asdict(SACConfig()), **dataclasses.asdict(DSRLConfig())}))

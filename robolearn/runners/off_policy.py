@@ -33,7 +33,6 @@ from robolearn.runners.base import RunnerBase, evaluate_policy, progress_bar, re
 class OffPolicyRunConfig:
     """The off-policy runner's part of `algo` (beside the algorithm's own fields)."""
 
-    recipe: str = ""                # the preset's name, for run directories and logs (default: the algo's)
     steps_per_iteration: int = 50   # vec-env steps per logged iteration
     env_steps: int = 200_000        # training length; `iterations` is derived from it unless given
     offline_data: str | None = None  # a dataset (any format) mixed into every batch at algo.offline_ratio

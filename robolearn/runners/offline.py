@@ -33,7 +33,6 @@ from robolearn.runners.off_policy import Means
 class OfflineRunConfig:
     """The offline runner's part of `algo` (beside the algorithm's own fields)."""
 
-    recipe: str = ""                # the preset's name, for run directories and logs (default: the algo's)
     gradient_steps: int = 1_000_000  # training length (CORL: 1M); `iterations` = gradient_steps / log_every
     log_every: int = 1000           # gradient steps per logged iteration
     eval_every: int = 5000          # gradient steps between evaluations (CORL's eval_freq)

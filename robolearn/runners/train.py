@@ -54,9 +54,10 @@ def resolve_run(cfg: dict[str, Any]) -> dict[str, Any]:
                           "runner.offline_data=)")
     unused = _other_mode_settings(cfg, algo_cfg, run_cfg)
     if unused:
-        print(f"note: {', '.join(unused)} "
-              + ("apply to offline training (dataset=) only" if is_online(cfg) else "apply to online learning only")
-              + ": not used by this run")
+        mode = "PPO" if run_cfg is None else "online learning" if is_online(cfg) else "offline training (dataset=)"
+        print(f"note: {', '.join(unused)}: not used by this run ({mode} reads "
+              + (", ".join(f"runner.{f}" for f in sorted(vars(run_cfg))) if run_cfg is not None else "no runner.*")
+              + ")")
     if cfg["iterations"] is None:
         if isinstance(run_cfg, OfflineRunConfig):
             steps, every = run_cfg.gradient_steps, run_cfg.log_every
@@ -75,19 +76,19 @@ def resolve_run(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _other_mode_settings(cfg: dict[str, Any], algo_cfg: Any, run_cfg: Any) -> list[str]:
-    """The settings of an offline algorithm's other mode (online / offline) that differ from their defaults: the
-    `algo` schema has the replay settings and `runner` both runners' fields, a run reads one mode's."""
+    """The settings this run does not read that differ from their defaults: `runner` has both runners' fields
+    (PPO reads none: its length is `iterations`), and an offline algorithm's `algo` schema has the replay settings
+    it reads online only."""
     import dataclasses
 
     from robolearn.config import ALGORITHMS, RunnerConfig
 
-    algo = cfg["algo"]
-    if spec(algo["name"]).runner != "offline" or run_cfg is None:
-        return []
-    used = {f.name for f in dataclasses.fields(algo_cfg)}
-    schema = [(f"algo.{f.name}", f, algo) for f in dataclasses.fields(ALGORITHMS[algo["name"]][0])
-              if f.name not in used and f.name not in ("name", "recipe")]
-    used = {f.name for f in dataclasses.fields(run_cfg)}
+    algo, schema = cfg["algo"], []
+    if spec(algo["name"]).runner == "offline" and run_cfg is not None:  # the replay settings are online-only
+        used = {f.name for f in dataclasses.fields(algo_cfg)}
+        schema = [(f"algo.{f.name}", f, algo) for f in dataclasses.fields(ALGORITHMS[algo["name"]][0])
+                  if f.name not in used and f.name not in ("name", "recipe")]
+    used = {f.name for f in dataclasses.fields(run_cfg)} if run_cfg is not None else set()  # PPO's: none
     schema += [(f"runner.{f.name}", f, cfg.get("runner") or {}) for f in dataclasses.fields(RunnerConfig)
                if f.name not in used]
     out = []

@@ -1,6 +1,6 @@
 """A plain ROS 2 node (rclpy and the generated message classes only, nothing of robolearn's) for the interop tests.
 
-tests/test_real_ros2.py runs it in a subprocess as "the other ROS 2 node" (Fast DDS, ROS 2's default middleware):
+tests/real/test_real_ros2.py runs it in a subprocess as "the other ROS 2 node" (Fast DDS, ROS 2's default middleware):
 
     python tests/real/ros2_peer.py serve
 

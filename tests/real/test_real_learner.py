@@ -2,7 +2,7 @@
 
 Most tests feed the learner through `FakeServer` (no network, no threads, so runs are reproducible); one goes
 through a real `LearnerServer` and `ActorClient`. The kill-and-restart test of the learner process lives in
-tests/test_real_rl.py.
+tests/real/test_real_rl.py.
 """
 
 import dataclasses

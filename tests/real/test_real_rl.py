@@ -2,7 +2,7 @@
 
 Servers listen on 127.0.0.1 on free ports; every wait is bounded. The kill test runs `robolearn learner` as a
 subprocess, kills it with SIGKILL and restarts it on the same port while an actor loop keeps its rate. The
-learner's own tests (replay lanes, offline data, resume, its command) are in tests/test_real_learner.py.
+learner's own tests (replay lanes, offline data, resume, its command) are in tests/real/test_real_learner.py.
 """
 
 import dataclasses

@@ -10,7 +10,7 @@ robolearn's two network transports, ``dds`` (Cyclone DDS speaking the ROS 2 mapp
   with each QoS profile it uses: sensor_data (best effort), default (reliable), latched (transient local, a
   late-joining subscriber gets the last message), and the QoS and type names the ROS graph shows.
 
-AckermannDriveStamped between two robolearn processes over dds is covered by tests/test_real_loop_dds.py: the
+AckermannDriveStamped between two robolearn processes over dds is covered by tests/real/test_real_loop_dds.py: the
 fake-robot process (transport=dds, cmd_type ackermann) drives around the course on the runner's commands there.
 
 The ROS 2 wheels (the ``ros`` extra) are required: a missing one fails these tests, it never skips them. Each
@@ -312,7 +312,7 @@ def test_every_message_type_both_ways_with_each_qos_profile(kind: str, ros_env: 
 
 def test_rclpy_transport_refuses_ackermann_and_names_the_dds_transport(ros_env: dict[str, str]) -> None:
     """No rclpy package for ackermann_msgs: transport=rclpy says so and points to transport=dds (which carries it;
-    two robolearn processes exchange AckermannDriveStamped over dds in tests/test_real_loop_dds.py)."""
+    two robolearn processes exchange AckermannDriveStamped over dds in tests/real/test_real_loop_dds.py)."""
     require_ros2()
     with make_transport("rclpy") as transport:
         with pytest.raises(RuntimeError, match="transport=dds"):

@@ -88,7 +88,7 @@ def test_terminates_when_flipped_or_too_low():
 
 def test_randomized_inverse_weights_match_mj_setconst():
     """The body/dof inverse weights the environment adds equal what the C engine derives from the randomized
-    masses (for every task: tests/test_randomization.py)."""
+    masses (for every task: tests/sim/test_randomization.py)."""
     task = sim.make_task("quadruped-joystick")
     params = jax.jit(lambda key: InverseWeights(task.mj_model).complete(task.randomize(key)))(jax.random.PRNGKey(3))
     m = copy.copy(task.mj_model)

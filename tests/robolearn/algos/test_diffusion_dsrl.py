@@ -1,4 +1,4 @@
-"""The diffusion chunk policy (policies/diffusion.py) and DSRL (robolearn/algos/dsrl.py): the cosine schedule and
+"""The diffusion chunk policy (policies/diffusion.py) and DSRL (robolearn/algos/chunk/dsrl.py): the cosine schedule and
 DDIM written out by hand, BC that fits a state-dependent chunk, the latent-noise env as a VecEnv, and SAC over the
 noise of a frozen policy learning to steer it, with a checkpoint and resume through robolearn's off-policy runner."""
 

@@ -1,6 +1,6 @@
 """RO2O's regularisers and CQL's ensemble subset (WSRL's pre-training) against computations by hand (numpy, from the
 networks' weights): Q smoothness, policy smoothness (symmetric KL), the OOD penalty with its decaying lambda, the
-SAC-N TD target and actor loss. RO2O end to end (offline, then online): tests/test_finetune.py."""
+SAC-N TD target and actor loss. RO2O end to end (offline, then online): tests/robolearn/runners/test_finetune.py."""
 
 from __future__ import annotations
 

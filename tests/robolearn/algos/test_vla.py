@@ -1,6 +1,7 @@
-"""The small VLA (policies/vla.py, robolearn/vla.py): its tokenizer and packing, behaviour cloning that follows the
-instruction and the camera, and the whole path on the arm tasks: pixels demos of three tasks, BC, a LeRobot-layout
-checkpoint that `load_policy` plays, and Flow-Noise PPO in the pixels env, checkpointed for `robolearn eval`."""
+"""The small VLA (policies/vla.py, robolearn/algos/chunk/vla.py): its tokenizer and packing, behaviour cloning that
+follows the instruction and the camera, and the whole path on the arm tasks: pixels demos of three tasks, BC, a
+LeRobot-layout checkpoint that `load_policy` plays, and Flow-Noise PPO in the pixels env, checkpointed for
+`robolearn eval`."""
 
 from __future__ import annotations
 

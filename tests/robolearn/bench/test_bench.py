@@ -226,7 +226,10 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
     assert compose("bench", ["overrides=[a=1,b.c=[2,3]]"], BenchConfig)["overrides"] == ["a=1", "b.c=[2,3]"]
     assert compose("finetune", ["online=[algo.utd_ratio=2,algo.batch_size=128]"], FinetuneConfig)["online"] == [
         "algo.utd_ratio=2", "algo.batch_size=128"]
+    from robolearn.bench.suite import _renamed
     from robolearn.commands.cli import ALIASES
+
+    assert _renamed(["algo.env_steps=5", "seed=1"], "train") == ["runner.env_steps=5", "seed=1"]  # old bench folders
 
     assert ALIASES["bench"]["report"] == "report_only=true"  # `robolearn bench report out=...`
     assert main(["bench", "backend=slurm", "suite=smoke"]) == 2
