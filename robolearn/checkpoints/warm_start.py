@@ -64,6 +64,9 @@ def adopt_architecture(algo: dict[str, Any], path: str | Path) -> dict[str, tupl
             now = list(settings[key]) if isinstance(settings[key], (list, tuple)) else settings[key]
             was = list(algo[key]) if isinstance(algo[key], (list, tuple)) else algo[key]
             if was != now:
+                if key in SHAPING and was != _default(algo.get("name"), key):
+                    raise CheckpointError(f"algo.{key}={was} differs from the checkpoint's {now}: its critics' values "
+                                          f"are in the checkpoint's units; drop the override (or set {now})")
                 changed[key] = (was, now)
                 algo[key] = now
     if "num_min_critics" in algo and not algo.get("subset_replace", False):
@@ -100,3 +103,13 @@ def warm_start(algo: Any, path: str | Path) -> list[str]:
         raise CheckpointError(f"{path} holds no {' and '.join(missing)} weights for this learner")
     algo.load_model_state(state)
     return sorted(loaded)
+
+
+def _default(name: str | None, key: str) -> object:
+    """The default of `key` in algorithm `name`'s schema (a value that differs was set by a preset or the user)."""
+    import dataclasses
+
+    from robolearn.algos.base import spec
+
+    field = next((f for f in dataclasses.fields(spec(name).config) if f.name == key), None)
+    return None if field is None else field.default

@@ -52,3 +52,17 @@ def test_the_online_temperature_is_each_methods_explicit_choice(tmp_path):
     assert "log_alpha" in warm_start(inherit, tmp_path / "ckpt") and abs(float(inherit.alpha) - 0.6) < 1e-6
     calql = compose("train", methods["calql"].online)["algo"]
     assert algo_config(calql, online=True).__dict__.get("warm_start_temperature", True)  # continues its own
+
+
+def test_an_explicit_shaping_that_differs_from_the_checkpoints_is_refused_by_name(tmp_path):
+    import pytest
+
+    from robolearn.errors import CheckpointError
+
+    offline = CalQL(3, 1, CalQLConfig(actor_hidden=(8,), critic_hidden=(8,), reward_scale=20.0))
+    checkpoint.save(tmp_path / "ckpt", {"policy": offline.config, "run": {}}, offline.model_state())
+    algo = compose("train", ["algo=wsrl", "algo.reward_scale=5"])["algo"]
+    with pytest.raises(CheckpointError, match="algo.reward_scale=5.0 differs from the checkpoint's 20.0"):
+        adopt_architecture(algo, tmp_path / "ckpt")
+    same = compose("train", ["algo=wsrl", "algo.reward_scale=20"])["algo"]
+    assert "reward_scale" not in adopt_architecture(same, tmp_path / "ckpt")
