@@ -13,8 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 README_MAX_LINES = 260
@@ -44,9 +42,8 @@ def test_readme_relative_links_exist() -> None:
 
 
 def test_docs_build_strict(tmp_path: Path) -> None:
-    for module in ("mkdocs", "material"):
-        if importlib.util.find_spec(module) is None:
-            pytest.skip(f"{module} is not installed (pip install -e '.[dev]' brings mkdocs-material)")
+    for module in ("mkdocs", "material"):  # dev dependencies: `make test` installs them
+        assert importlib.util.find_spec(module) is not None, f"{module} is missing: pip install -e '.[dev]'"
     site = tmp_path / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),

@@ -96,6 +96,7 @@ class AlgoSpec:
 _REGISTRY: dict[str, AlgoSpec] = {}
 #: The folders whose modules are imported to fill the registry.
 _PACKAGES = ("robolearn.algos.online", "robolearn.algos.offline")
+_DISCOVERED = False
 
 
 def register(algo: AlgoSpec) -> AlgoSpec:
@@ -108,7 +109,11 @@ def register(algo: AlgoSpec) -> AlgoSpec:
 
 
 def _discover() -> None:
-    """Import every algorithm module, so that each registers itself."""
+    """Import every algorithm module once, so that each registers itself (later lookups only read the registry)."""
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    _DISCOVERED = True
     for package in _PACKAGES:
         pkg = importlib.import_module(package)
         for info in pkgutil.iter_modules(pkg.__path__, package + "."):

@@ -158,9 +158,8 @@ def help_text(command: str, schema: type | None = None, doc: str = "", overrides
     `overrides` (`robolearn train algo=sac --help`) the options are those they compose: the chosen algorithm's."""
     import yaml
 
-    chosen = [o for o in overrides if o.split("=", 1)[0].lstrip("+") != "dataset"]  # dataset= is no config group
-    cfg = compose(command, chosen, schema)
-    given = f" {' '.join(chosen)}" if chosen else ""
+    cfg = compose(command, overrides, schema)
+    given = f" {' '.join(overrides)}" if overrides else ""
     header = f"options of `robolearn {command}{given}` (key=value; defaults shown):"
     lines = [doc.strip(), "", header, ""] if doc else []
     lines += ["  " + line for line in yaml.safe_dump(cfg, sort_keys=False, default_flow_style=None).splitlines()]

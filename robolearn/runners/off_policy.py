@@ -175,6 +175,7 @@ class OffPolicyRunner(RunnerBase):
                               self.device, cfg.n_step, cfg.gamma)
         self.learner = OffPolicyLearner(algo, buffer, offline, self.generator)
         self.episode_ended = torch.zeros(env.num_envs, dtype=torch.bool, device=self.device)  # since the start
+        self.warmed_up = False  # every env has ended an episode (read from episode_ended, then kept)
 
     @property
     def algo(self) -> SAC:
@@ -260,8 +261,12 @@ class OffPolicyRunner(RunnerBase):
         """Whether the warm-up goes on: before `learning_starts` env steps, and with `warmup_whole_episodes` until
         every env has ended an episode (the buffer then starts with whole episodes, as WSRL's one env does)."""
         cfg = self.algo.cfg
-        return self.env_steps < cfg.learning_starts or (getattr(cfg, "warmup_whole_episodes", False)
-                                                        and not bool(self.episode_ended.all()))
+        if self.env_steps < cfg.learning_starts:
+            return True
+        if not getattr(cfg, "warmup_whole_episodes", False) or self.warmed_up:
+            return False
+        self.warmed_up = bool(self.episode_ended.all())  # one device sync a step, only until the warm-up ends
+        return not self.warmed_up
 
     def evaluate(self) -> dict[str, float]:
         """The deterministic (or sampled) policy on the evaluation envs (`evaluate_policy`), seeded by env step."""
@@ -282,3 +287,4 @@ class OffPolicyRunner(RunnerBase):
         ended = tensors.get("warmup.episode_ended")  # a checkpoint from before it: past its warm-up
         self.episode_ended = (ended.to(self.device) if ended is not None else
                               torch.full_like(self.episode_ended, self.env_steps >= self.algo.cfg.learning_starts))
+        self.warmed_up = False
