@@ -76,10 +76,10 @@ def make_backend(task: Task, backend: str = "auto", impl: str = "jax", nthread: 
     if backend == "mjx":
         from sim.backends.mjx_backend import MjxBackend
 
-        return MjxBackend(task.mj_model, impl=impl)
+        return MjxBackend(task.mj_model, impl=impl, fields=task.data_fields, qvel_limit=task.qvel_limit)
     from sim.backends.mujoco_backend import MujocoBackend
 
-    return MujocoBackend(task.mj_model, nthread=nthread)
+    return MujocoBackend(task.mj_model, nthread=nthread, fields=task.data_fields, qvel_limit=task.qvel_limit)
 
 
 def make(name: str, num_envs: int = 1, backend: str = "auto", device: str = "auto", seed: int = 0,

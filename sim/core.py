@@ -41,6 +41,22 @@ class Physics:
     qvel: Array
     sensordata: Array
     ctrl: Array
+    #: The extra mjData fields the task asked for (`Task.data_fields`), by name, each a float32 array of
+    #: its mjData shape: values from the start of the last physics sub-step (as sensors), after
+    #: `mj_rnePostConstraint` (Gymnasium's MuJoCo envs call it after every step).
+    fields: dict[str, Array] = dataclasses.field(default_factory=dict)
+
+
+#: The mjData fields a task may ask for (`Task.data_fields`): name -> its shape given the model. Each is
+#: computed by `mj_rnePostConstraint` from the start of the last physics sub-step, as Gymnasium reads them.
+DATA_FIELDS = {"cfrc_ext": lambda m: (m.nbody, 6)}
+
+
+def data_field_shape(model: mujoco.MjModel, name: str) -> tuple[int, ...]:
+    """The shape of mjData field `name` (one of `DATA_FIELDS`); another name raises `ConfigError`."""
+    if name not in DATA_FIELDS:
+        raise ConfigError(f"data field {name!r} is not supported; supported: {sorted(DATA_FIELDS)}")
+    return DATA_FIELDS[name](model)
 
 
 @jax.tree_util.register_dataclass
@@ -203,6 +219,13 @@ class Task:
     config_class: ClassVar[type[TaskConfig]] = TaskConfig
     #: Scale the compiled model's masses to this total (MJCF's deprecated `settotalmass`).
     total_mass: ClassVar[float | None] = None
+    #: mjData fields beyond qpos/qvel/sensordata that the task reads through `Physics.fields`, such as
+    #: "cfrc_ext" (Gymnasium's Ant observes the contact forces). Only fields `mj_rnePostConstraint`
+    #: computes or `mj_forward` leaves are supported: see `sim.backends.DATA_FIELDS`.
+    data_fields: ClassVar[tuple[str, ...]] = ()
+    #: Clip every joint velocity to +-qvel_limit before each control step's physics, as
+    #: gymnasium-robotics' PointMaze does to its force-driven ball (None: no clip).
+    qvel_limit: ClassVar[float | None] = None
 
     def __init__(self, config: TaskConfig | None = None, name: str | None = None):
         self.cfg = config if config is not None else self.config_class()
@@ -248,7 +271,7 @@ class Task:
         """Every reward term's scale (1 unless configured); unknown names in the config raise `ConfigError`."""
         m = self.mj_model
         phys = Physics(qpos=jnp.zeros(m.nq), qvel=jnp.zeros(m.nv), sensordata=jnp.zeros(m.nsensordata),
-                       ctrl=jnp.zeros(m.nu))
+                       ctrl=jnp.zeros(m.nu), fields={k: jnp.zeros(data_field_shape(m, k)) for k in self.data_fields})
         _, _, info = jax.eval_shape(self.init, jax.random.PRNGKey(0))
         info = {**jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), info), "steps": jnp.zeros((), jnp.int32),
                 "dr": {}, "rng": jax.random.PRNGKey(0)}  # what the environment adds to every info

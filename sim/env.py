@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from sim.core import State, Task
+from sim.errors import ConfigError
 from sim.randomization import InverseWeights
 
 
@@ -24,6 +25,11 @@ class Env:
     def __init__(self, task: Task, backend: Any):
         self.task = task.build()  # a task constructed directly (not by `sim.make_task`) is built here
         self.backend = backend
+        wants = (tuple(task.data_fields), task.qvel_limit)
+        has = (tuple(getattr(backend, "fields", ())), getattr(backend, "qvel_limit", None))
+        if wants != has:
+            raise ConfigError(f"task {task.name!r} needs a backend with data fields {wants[0]} and qvel_limit "
+                              f"{wants[1]}, this one has {has}: build it with sim.make_backend(task, ...)")
         self.cfg = task.cfg
 
     @functools.cached_property

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import mujoco
 
 from sim._jax import import_mjx
-from sim.core import Physics
+from sim.core import Physics, data_field_shape
 from sim.errors import BackendError
 
 
@@ -19,8 +19,15 @@ class MjxBackend:
 
     name = "mjx"
 
-    def __init__(self, model: mujoco.MjModel, impl: str = "jax"):
+    def __init__(self, model: mujoco.MjModel, impl: str = "jax", fields: tuple[str, ...] = (),
+                 qvel_limit: float | None = None):
         self.mjx = import_mjx()
+        for name in fields:
+            data_field_shape(model, name)  # an unsupported name fails here, not inside a trace
+        #: Extra mjData fields the task reads (`Task.data_fields`), computed after each step.
+        self.fields = tuple(fields)
+        #: Joint velocities are clipped to +-qvel_limit before each step's physics (`Task.qvel_limit`).
+        self.qvel_limit = qvel_limit
         if impl not in ("jax", "warp"):
             raise BackendError(f"mjx impl must be 'jax' or 'warp', got {impl!r}")
         try:
@@ -50,19 +57,23 @@ class MjxBackend:
     def step(self, data, ctrl: jax.Array, n_substeps: int, params: dict[str, jax.Array] | None = None):
         """Advance `n_substeps` physics steps holding `ctrl`."""
         data = data.replace(ctrl=ctrl.astype(data.ctrl.dtype))
+        if self.qvel_limit is not None:
+            data = data.replace(qvel=jnp.clip(data.qvel, -self.qvel_limit, self.qvel_limit))
         model = self._model(params)
 
         def body(d, _):
             return self.mjx.step(model, d), None
 
         data, _ = jax.lax.scan(body, data, None, length=n_substeps)
+        if self.fields:  # Gymnasium's mj_rnePostConstraint after mj_step: from the last sub-step's forward pass
+            data = self.mjx.rne_postconstraint(model, data)
         return data
 
-    @staticmethod
-    def view(data) -> Physics:
+    def view(self, data) -> Physics:
         f32 = jnp.float32
+        fields = {k: getattr(data._impl, k).astype(f32) for k in self.fields}
         return Physics(qpos=data.qpos.astype(f32), qvel=data.qvel.astype(f32),
-                       sensordata=data.sensordata.astype(f32), ctrl=data.ctrl.astype(f32))
+                       sensordata=data.sensordata.astype(f32), ctrl=data.ctrl.astype(f32), fields=fields)
 
     @staticmethod
     def qpos64(data) -> jax.Array:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +22,7 @@ import mujoco
 import numpy as np
 from mujoco import rollout
 
-from sim.core import Physics
+from sim.core import Physics, data_field_shape
 from sim.errors import BackendError
 from sim.randomization import SOLVER_WEIGHTS
 
@@ -38,6 +39,7 @@ class CData:
     qvel: jax.Array
     sensordata: jax.Array
     ctrl: jax.Array
+    fields: dict[str, jax.Array] = dataclasses.field(default_factory=dict)  # `Task.data_fields`, float32
 
 
 def _batched(x: np.ndarray, width: int) -> np.ndarray:
@@ -49,8 +51,14 @@ class MujocoBackend:
 
     name = "mujoco"
 
-    def __init__(self, model: mujoco.MjModel, nthread: int | None = None):
+    def __init__(self, model: mujoco.MjModel, nthread: int | None = None, fields: tuple[str, ...] = (),
+                 qvel_limit: float | None = None):
         self.model = model
+        #: Extra mjData fields the task reads (`Task.data_fields`), recomputed after each step.
+        self.fields = tuple(fields)
+        self._field_shapes = [data_field_shape(model, k) for k in self.fields]
+        #: Joint velocities are clipped to +-qvel_limit before each step's physics (`Task.qvel_limit`).
+        self.qvel_limit = qvel_limit
         # Default: every core (at most 16), or ROBOLEARN_SIM_THREADS where several processes share the cores.
         default = int(os.environ.get("ROBOLEARN_SIM_THREADS", 0)) or max(1, min(os.cpu_count() or 1, 16))
         self.nthread = nthread or default
@@ -63,10 +71,13 @@ class MujocoBackend:
         self._warmstart = np.zeros((0, model.nv))
         self.nstate = mujoco.mj_stateSize(model, _SPEC)
         m = model
+        width = m.nq + m.nv + m.nsensordata + sum(int(np.prod(shape)) for shape in self._field_shapes)
         self._shapes = (
             jax.ShapeDtypeStruct((2 * self.nstate,), jnp.uint32),
-            jax.ShapeDtypeStruct((m.nq + m.nv + m.nsensordata,), jnp.float32),
+            jax.ShapeDtypeStruct((width,), jnp.float32),
         )
+        self._field_pool: ThreadPoolExecutor | None = None
+        self._field_datas: list[mujoco.MjData] = []
         # The full-physics state vector starts with the time, then qpos, then qvel.
         self._qpos_at = 1
 
@@ -74,6 +85,9 @@ class MujocoBackend:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        if self._field_pool is not None:
+            self._field_pool.shutdown(wait=False)
+            self._field_pool = None
 
     def __del__(self) -> None:
         try:
@@ -82,13 +96,42 @@ class MujocoBackend:
             pass
 
     # --- host side ---------------------------------------------------------------------------------
-    def _split(self, state: np.ndarray, sensordata: np.ndarray, lead: tuple[int, ...]):
-        """Host arrays -> (exact state bits, float32 [qpos, qvel, sensordata]) with leading dims `lead`."""
+    def _split(self, state: np.ndarray, sensordata: np.ndarray, lead: tuple[int, ...],
+               fields: np.ndarray | None = None):
+        """Host arrays -> (exact state bits, float32 [qpos, qvel, sensordata, fields]) with leading dims `lead`."""
         m = self.model
         bits = np.ascontiguousarray(state).view(np.uint32).reshape(*lead, 2 * self.nstate)
         # qpos and qvel are adjacent in the state vector (after the time): one slice, one cast.
-        phys = np.concatenate([state[:, 1:1 + m.nq + m.nv], sensordata], axis=1, dtype=np.float32)
+        parts = [state[:, 1:1 + m.nq + m.nv], sensordata] + ([] if fields is None else [fields])
+        phys = np.concatenate(parts, axis=1, dtype=np.float32)
         return bits, phys.reshape(*lead, phys.shape[-1])
+
+    def _read_fields(self, d: mujoco.MjData) -> np.ndarray:
+        return np.concatenate([np.asarray(getattr(d, k)).reshape(-1) for k in self.fields]) if self.fields \
+            else np.zeros(0)
+
+    def _post_step_fields(self, models: list[mujoco.MjModel], before: np.ndarray, ctrl: np.ndarray) -> np.ndarray:
+        """`fields` as Gymnasium reads them after `mj_step` + `mj_rnePostConstraint`: the last sub-step
+        (from `before`, the state at its start) is stepped again in the C engine's threads and read. It is
+        stepped, not just forwarded: `mj_step` can keep fewer contacts than `mj_forward` at the same state
+        (MuJoCo 4.0.0, contacts inside the margin), and Gymnasium reads what `mj_step` left."""
+        n = before.shape[0]
+        if self._field_pool is None:
+            self._field_pool = ThreadPoolExecutor(self.nthread)
+            self._field_datas = [mujoco.MjData(self.model) for _ in range(self.nthread)]
+        out = np.empty((n, self._shapes[1].shape[0] - (self.model.nq + self.model.nv + self.model.nsensordata)))
+
+        def work(t: int) -> None:
+            d = self._field_datas[t]
+            for i in range(t, n, self.nthread):
+                mujoco.mj_setState(models[i], d, before[i], _SPEC)
+                d.ctrl[:] = ctrl[i]
+                mujoco.mj_step(models[i], d)
+                mujoco.mj_rnePostConstraint(models[i], d)
+                out[i] = self._read_fields(d)
+
+        list(self._field_pool.map(work, range(min(self.nthread, n))))
+        return out
 
     def _host_init(self, qpos, qvel, active, env_ids, *params):
         d = self._scratch
@@ -99,6 +142,8 @@ class MujocoBackend:
         params = [np.asarray(p).reshape(active.size, -1) for p in params]
         state = np.zeros((active.size, self.nstate))
         sens = np.zeros((active.size, self.model.nsensordata))
+        fields = np.zeros((active.size, self._shapes[1].shape[0] - self.model.nq - self.model.nv
+                           - self.model.nsensordata))
         for i in np.flatnonzero(active):
             m = self.model
             if params:  # this env's randomized physics, kept in its own model until its next reset
@@ -112,7 +157,9 @@ class MujocoBackend:
             mujoco.mj_forward(m, d)
             mujoco.mj_getState(m, d, state[i], _SPEC)
             sens[i] = d.sensordata
-        return self._split(state, sens, lead)
+            if self.fields:  # after mj_forward alone, as Gymnasium's reset leaves them (cfrc_ext: zero)
+                fields[i] = self._read_fields(d)
+        return self._split(state, sens, lead, fields if self.fields else None)
 
     def _env_model(self, env_id: int) -> mujoco.MjModel:
         while len(self._env_models) <= env_id:
@@ -124,6 +171,10 @@ class MujocoBackend:
         lead = np.shape(bits)[:-1]
         state0 = _batched(bits, 2 * self.nstate).view(np.float64)
         n = state0.shape[0]
+        if self.qvel_limit is not None:  # before the physics, as gymnasium-robotics' PointMaze clips its ball
+            state0 = state0.copy()
+            qvel = state0[:, 1 + m.nq:1 + m.nq + m.nv]
+            np.clip(qvel, -self.qvel_limit, self.qvel_limit, out=qvel)
         control = _batched(ctrl, m.nu).astype(np.float64)[:, None, :]
         if n_substeps > 1:
             control = np.ascontiguousarray(np.broadcast_to(control, (n, n_substeps, m.nu)))
@@ -143,7 +194,11 @@ class MujocoBackend:
         # Warm-start from zero every call: results then never depend on which thread ran an env.
         self._pool.rollout(models, self._datas, state0, control, nstep=n_substeps,
                            initial_warmstart=self._warmstart, state=state, sensordata=sens, skip_checks=True)
-        return self._split(state[:, -1], sens[:, -1], lead)
+        fields = None
+        if self.fields:
+            before = state[:, -2] if n_substeps > 1 else state0
+            fields = self._post_step_fields(models, before, control[:, -1])
+        return self._split(state[:, -1], sens[:, -1], lead, fields)
 
     # --- JAX side (traced into the environment's jitted step) --------------------------------------
     def init_data(self, qpos: jax.Array, qvel: jax.Array, active: jax.Array | None = None,
@@ -192,13 +247,18 @@ class MujocoBackend:
         return self._unpack(bits, phys, ctrl)
 
     def _unpack(self, bits: jax.Array, phys: jax.Array, ctrl: jax.Array) -> CData:
-        nq, nv = self.model.nq, self.model.nv
-        return CData(bits=bits, qpos=phys[..., :nq], qvel=phys[..., nq:nq + nv], sensordata=phys[..., nq + nv:],
-                     ctrl=ctrl)
+        nq, nv, ns = self.model.nq, self.model.nv, self.model.nsensordata
+        fields, at = {}, nq + nv + ns
+        for name, shape in zip(self.fields, self._field_shapes, strict=True):
+            size = int(np.prod(shape))
+            fields[name] = phys[..., at:at + size].reshape(*phys.shape[:-1], *shape)
+            at += size
+        return CData(bits=bits, qpos=phys[..., :nq], qvel=phys[..., nq:nq + nv],
+                     sensordata=phys[..., nq + nv:nq + nv + ns], ctrl=ctrl, fields=fields)
 
     @staticmethod
     def view(data: CData) -> Physics:
-        return Physics(qpos=data.qpos, qvel=data.qvel, sensordata=data.sensordata, ctrl=data.ctrl)
+        return Physics(qpos=data.qpos, qvel=data.qvel, sensordata=data.sensordata, ctrl=data.ctrl, fields=data.fields)
 
     def qpos64(self, data: CData) -> np.ndarray:
         """Exact float64 joint positions of a (batched) state, for rendering."""
