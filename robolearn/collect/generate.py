@@ -2,6 +2,7 @@
 
     robolearn collect env=cheetah-run kind=random episodes=100 out=data/cheetah-run-random
     robolearn collect env=cheetah-run kind=expert policy=runs/<run>/checkpoints/final episodes=100 format=minari
+    robolearn collect env=point-mass format=minari out=$MINARI_DATASETS_PATH/point-mass/random-v0  # id point-mass/...
     robolearn collect env=cheetah-run kind=medium-expert policy=<medium ckpt> expert_policy=<expert ckpt> ...
     robolearn collect env=ant-maze-medium kind=diverse episodes=1000     # goal datasets: diverse | play
     robolearn collect suite=d4rl-like                      # every dataset of configs/dataset/d4rl-like.yaml
@@ -88,7 +89,8 @@ class CollectConfig:
     #                                 "reference": the task's reference controller (default of the goal kinds)
     noise: float = 0.0              # std of Gaussian noise added to the behaviour policy's actions (then clipped)
     expert_policy: str | None = None  # medium-expert: the expert checkpoint
-    out: str | None = None          # the dataset to create (default: data/<task>-<kind>-v0)
+    out: str | None = None          # the dataset to create (default: data/<task>-<kind>-v0); format=minari under
+    #                                 $MINARI_DATASETS_PATH: its Minari id is the path there (point-mass/random-v0)
     format: str = "robolearn"       # robolearn | minari | d4rl | lerobot
     seed: int = 0
     ref_min_score: float | None = None  # null: measured (mean return of random actions, ref_episodes episodes)

@@ -1,6 +1,7 @@
 """`robolearn eval` and `robolearn render`: a checkpoint's policy scored on, or filmed in, its own task.
 
     robolearn eval checkpoint=runs/<run>/checkpoints/final episodes=10
+    robolearn eval checkpoint=runs/<run>/checkpoints/final backend=gymnasium   # also in the Gymnasium env
     robolearn render checkpoint=runs/<run>/checkpoints/final out=policy.mp4
 """
 
@@ -9,18 +10,27 @@ from __future__ import annotations
 import dataclasses
 
 from robolearn.config import EnvConfig
-from robolearn.eval.evaluate import evaluate, render_checkpoint
+from robolearn.errors import ConfigError
+from robolearn.eval.evaluate import BACKENDS, render_checkpoint, score_checkpoint
 
 
 @dataclasses.dataclass
 class EvalConfig:
-    """`robolearn eval`: mean return of a checkpoint over full episodes (one env per episode)."""
+    """`robolearn eval`: mean return and normalised score of a checkpoint over full episodes (one env per episode),
+    in our batched sim and, with backend=gymnasium, also in the Gymnasium env of its dataset (or task), side by
+    side."""
 
     checkpoint: str | None = None   # a checkpoint folder, e.g. runs/<run>/checkpoints/final (required)
     episodes: int = 10
     seed: int = 1000                # evaluation seeds differ from training's (0)
     mode: str = "deterministic"     # deterministic | sample
     device: str = "auto"            # the env's device (auto: where its physics runs); the policy follows
+    backend: str = "sim"            # sim | gymnasium: also score in the Gymnasium env the run's dataset was recorded
+    #                                 in (or its task equals), episode i from reset(seed=seed + i): a cross-check
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"eval backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
 
 
 @dataclasses.dataclass
@@ -35,12 +45,11 @@ class RenderConfig:
 
 
 def cmd_eval(cfg: EvalConfig) -> int:
-    from robolearn.errors import ConfigError
-
     if not cfg.checkpoint:
         raise ConfigError("eval needs checkpoint=<run_dir>/checkpoints/final")
-    ret = evaluate(cfg.checkpoint, cfg.episodes, cfg.seed, cfg.mode, cfg.device)  # type: ignore[arg-type]
-    print(f"mean return over {cfg.episodes} episodes: {ret:.2f}")
+    scores = score_checkpoint(cfg.checkpoint, cfg.episodes, cfg.seed, cfg.mode, cfg.device,  # type: ignore[arg-type]
+                              cfg.backend)
+    print(scores.table())
     return 0
 
 

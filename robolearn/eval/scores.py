@@ -5,10 +5,13 @@
 This module is the one place that formula and its reference returns live, so a training run's
 `eval/normalized_score`, a dataset's `Dataset.normalized_score`, a suite's behaviour-policy score and a benchmark
 cell's score agree. The reference returns come from a dataset's metadata (`ref_min_score` / `ref_max_score`, as
-D4RL and Minari store them: `dataset_reference`) or the task registry (`TaskSpec.random_return` /
-`reference_return`: `task_reference`); `reference_returns` takes the dataset's, else the task's.
+D4RL and Minari store them: `dataset_reference`), D4RL's own table for a D4RL dataset (`d4rl_reference`, the data
+in `robolearn.eval.d4rl_reference`: d4rl/infos.py's REF_MIN_SCORE / REF_MAX_SCORE) or the task registry
+(`TaskSpec.random_return` / `reference_return`: `task_reference`); `reference_returns` takes the dataset's, else
+D4RL's, else the task's, and `reference_source` says which.
 
-It imports nothing of robolearn but its errors (and the task registry, on use), so `robolearn.data` can use it.
+It imports nothing of robolearn but its errors and the D4RL table (and the task registry, on use), so
+`robolearn.data` can use it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from robolearn.errors import ConfigError
+from robolearn.eval.d4rl_reference import REF_SCORES
 
 R = TypeVar("R")  # a float, a numpy array or a tensor of returns: the score has the same type
 
@@ -52,10 +56,29 @@ def dataset_reference(metadata: Mapping[str, Any]) -> tuple[Any, Any] | None:
     return None if lo is None or hi is None or hi == lo else (lo, hi)
 
 
-def reference_returns(metadata: Mapping[str, Any], task: str) -> tuple[float, float] | None:
-    """(random, expert) returns to normalise a run on a dataset by: the dataset's reference scores (its
-    `metadata`, measured at its episode length), else the task registry's; None when neither is known."""
+def d4rl_reference(name: str) -> tuple[float, float] | None:
+    """D4RL's (REF_MIN_SCORE, REF_MAX_SCORE) of a D4RL dataset id (``"halfcheetah-medium-v2"``); None when D4RL
+    has none (file names: `robolearn.data.formats.d4rl.d4rl_name` gives the id)."""
+    return REF_SCORES.get(str(name).strip().lower())
+
+
+def reference_source(metadata: Mapping[str, Any], task: str) -> tuple[tuple[float, float] | None, str]:
+    """((random, expert) returns, where they come from) to normalise a run on a dataset by: the dataset's reference
+    scores (its `metadata`, measured at its episode length, as Minari and D4RL store them: "dataset", or
+    "D4RL <name>" when they are D4RL's table's), else D4RL's table for its D4RL name (`metadata["d4rl_dataset"]`),
+    else the task registry's ("task <name>"); (None, "none") when none is known."""
+    name = metadata.get("d4rl_dataset")
+    d4rl = d4rl_reference(name) if isinstance(name, str) else None
     given = dataset_reference(metadata)
     if given is not None:
-        return float(given[0]), float(given[1])
-    return task_reference(task)
+        pair = (float(given[0]), float(given[1]))
+        return pair, f"D4RL {name}" if d4rl == pair else "dataset"
+    if d4rl is not None:
+        return d4rl, f"D4RL {name}"
+    found = task_reference(task)
+    return (found, f"task {task}") if found is not None else (None, "none")
+
+
+def reference_returns(metadata: Mapping[str, Any], task: str) -> tuple[float, float] | None:
+    """(random, expert) returns to normalise a run on a dataset by (`reference_source`, without the source)."""
+    return reference_source(metadata, task)[0]

@@ -96,13 +96,11 @@ def clone_chunk_policy(cfg: ChunkBCJob) -> Path:
     """Behaviour-clone a flow / diffusion chunk policy from `cfg.dataset`; returns its checkpoint folder."""
     from robolearn.algos.chunk.chunk_bc import train_chunk_bc
     from robolearn.checkpoints.policy import save_chunk_policy
-    from robolearn.data.formats import load_dataset
-    from robolearn.runners.train import resolve_dataset
+    from robolearn.data.sources import load_source
 
     if not cfg.dataset:
         raise ConfigError("chunk-bc needs dataset=<dataset path or name>")
-    path = resolve_dataset(cfg.dataset)
-    data = load_dataset(path)
+    path, data = load_source(cfg.dataset)
     task = data.metadata.get("task")
     out = Path(cfg.out or f"runs/{task or path.name}-{cfg.bc.policy}-bc-{time.strftime('%Y%m%d-%H%M%S')}")
     began = time.perf_counter()

@@ -31,7 +31,7 @@ from robolearn.checkpoints import checkpoint
 from robolearn.checkpoints.warm_start import checkpoint_dir
 from robolearn.errors import ConfigError
 from robolearn.eval.o2o import DIP_WINDOW, learning_starts, o2o_metrics, read_curve
-from robolearn.eval.scores import dataset_reference, task_reference
+from robolearn.eval.scores import reference_source, task_reference
 
 
 @dataclasses.dataclass
@@ -103,22 +103,24 @@ def finetune(cfg: FinetuneConfig) -> Path:
     """Run (or resume) one O2O method (`load_config` composes `cfg`); returns the run folder."""
     import time
 
-    from robolearn.runners.train import resolve_dataset
+    from robolearn.data.sources import load_source, resolve_dataset
+    from robolearn.runners.train import dataset_env, env_override
 
     method = cfg.methods[cfg.algo]
     dataset, task = cfg.dataset, cfg.env
+    task_overrides: dict[str, Any] = {}  # the dataset's task options (episode_length, reward_type, ...)
     if cfg.checkpoint is not None:
         run = _checkpoint_run(cfg.checkpoint)
         dataset = dataset or run.get("dataset")
         task = task or (run.get("env") or {}).get("name")
     reference = None
     if dataset is not None:  # its task, and its reference returns (measured at its episode length)
-        from robolearn.data.formats import load_dataset
-
-        meta = load_dataset(resolve_dataset(dataset)).metadata
-        task = task or meta.get("task")
-        given = dataset_reference(meta)
-        reference = [float(v) for v in given] if given else None
+        meta = load_source(dataset)[1].metadata
+        if task is None:
+            choice = dataset_env(dataset)
+            task, task_overrides = (choice.task, dict(choice.overrides)) if choice is not None else (None, {})
+        pair, origin = reference_source(meta, task or "")  # the dataset's or D4RL's; the task's is checked below
+        reference = [float(v) for v in pair] if pair is not None and not origin.startswith("task") else None
     if task is None:
         raise ConfigError(f"dataset {dataset} names no task: pass env=<task>")
 
@@ -127,13 +129,14 @@ def finetune(cfg: FinetuneConfig) -> Path:
                           "and the task none): the O2O metrics need normalised scores")
     out = Path(cfg.run_dir or f"runs/{task}-{cfg.algo}-finetune-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    common = {"seed": cfg.seed, "device": cfg.device, "progress": cfg.progress}
+    common = {"seed": cfg.seed, "device": cfg.device, "progress": cfg.progress,
+              **{f"env.overrides.{k}": v for k, v in task_overrides.items()}}
 
     init = cfg.checkpoint
     offline_score = None
     if init is None and method.offline is not None:
         steps = cfg.offline_steps if cfg.offline_steps is not None else method.offline_steps
-        _phase(out / "offline", [*method.offline, f"env={task}"], cfg.offline, {
+        _phase(out / "offline", [*method.offline, env_override(task)], cfg.offline, {
             **common, "dataset": dataset, "runner.gradient_steps": steps,
             "runner.log_every": math.gcd(steps, 1000), "video": False})  # logs every 1000 steps when it divides them
         init = str(out / "offline")
@@ -148,7 +151,7 @@ def finetune(cfg: FinetuneConfig) -> Path:
         online["init"] = init
     if method.retain_data:
         online["runner.offline_data"] = str(resolve_dataset(dataset))
-    _phase(out / "online", [*method.online, f"env={task}"], cfg.online, online)
+    _phase(out / "online", [*method.online, env_override(task)], cfg.online, online)
     metrics = o2o_metrics(read_curve(out / "online"), cfg.online_steps, offline_score, learning_starts(out))
     metrics.update({"algo": cfg.algo, "task": task, "dataset": dataset, "seed": cfg.seed, "init": init})
     from robolearn.data.dataset import write_json

@@ -3,10 +3,16 @@ IQL, CQL, Cal-QL, ReBRAC) on a dataset, as `configs/train.yaml` composes it.
 
     robolearn train env=pendulum-swingup algo=sac seed=1 algo.batch_size=128
     robolearn train algo=iql dataset=data/d4rl-like/cheetah-run-medium-v0 runner.gradient_steps=100000
+    robolearn train algo=iql dataset=mujoco/halfcheetah/medium-v0      # a Minari id: task halfcheetah-v5
+    robolearn train algo=iql dataset=halfcheetah-medium-v2             # a D4RL id (D4RL_DATASET_DIR)
     robolearn train resume=runs/<run> iterations=400
     robolearn train algo=wsrl init=runs/<offline run> env=cheetah-run    # warm start (robolearn.runners.o2o)
 
 Without `dataset=` an offline algorithm but BC learns online, as SAC does (fine-tuning: `robolearn finetune`).
+`dataset=` is found by `robolearn.data.sources` (a path, a name under data/, a Minari or D4RL id); without `env=`
+the task is the dataset's (`robolearn.data.standard`: its metadata's task, its Minari env spec, its D4RL id), and
+the run records where the dataset came from, its reference returns and its Gymnasium env as `dataset_source`
+(what `robolearn eval backend=gymnasium` cross-checks in).
 
 A run directory holds the resolved `config.yaml`, `metrics.jsonl`, TensorBoard events, checkpoints,
 `learning_curve.png` and a video of the final policy (see the runners).
@@ -58,6 +64,8 @@ def resolve_run(cfg: dict[str, Any]) -> dict[str, Any]:
         print(f"note: {', '.join(unused)}: not used by this run ({mode} reads "
               + (", ".join(f"runner.{f}" for f in sorted(vars(run_cfg))) if run_cfg is not None else "no runner.*")
               + ")")
+    if cfg.get("dataset"):
+        cfg["dataset_source"] = dataset_source(cfg["dataset"], cfg["env"])
     if cfg["iterations"] is None:
         if isinstance(run_cfg, OfflineRunConfig):
             steps, every = run_cfg.gradient_steps, run_cfg.log_every
@@ -104,11 +112,43 @@ def _other_mode_settings(cfg: dict[str, Any], algo_cfg: Any, run_cfg: Any) -> li
 
 def load_train_config(overrides: Sequence[str]) -> dict[str, Any]:
     """The train config that `key=value` overrides of configs/train.yaml compose (with `dataset=`, and without `env=`
-    the dataset's task); with `resume=<run>` that run's own config (`iterations=` may grow it)."""
-    cfg = compose("train", _with_dataset_task(list(overrides)))
+    the dataset's task with its overrides: `dataset_env`); with `resume=<run>` that run's own config (`iterations=`
+    may grow it)."""
+    overrides = list(overrides)
+    given = {o.split("=", 1)[0].lstrip("+"): o.split("=", 1)[1] for o in overrides if "=" in o}
+    choice = None
+    if "dataset" in given and not {"env", "env.name", "resume"} & set(given):
+        choice = dataset_env(given["dataset"])
+        if choice is not None:
+            overrides.append(env_override(choice.task))
+    cfg = compose("train", overrides)
     if cfg["resume"]:
         return resume_config(cfg["resume"], cfg["iterations"])
+    if choice is not None:  # the dataset's task options over the preset's; the user's own +env.overrides.<key>= win
+        user = {key.split(".", 2)[2] for key in given if key.startswith("env.overrides.")}
+        cfg["env"]["overrides"] = {**(cfg["env"].get("overrides") or {}),
+                                   **{k: v for k, v in choice.overrides.items() if k not in user}}
     return cfg
+
+
+def env_override(task: str) -> str:
+    """The override choosing `task`: its preset (`env=<task>`, configs/env/<task>.yaml) or, for a task without one,
+    `env.name=<task>` over the default preset."""
+    from robolearn.config import config_dir
+
+    return f"env={task}" if (config_dir() / "env" / f"{task}.yaml").is_file() else f"env.name={task}"
+
+
+def dataset_env(dataset: str) -> Any:
+    """The task (`robolearn.data.standard.TaskChoice`: name, overrides, Gymnasium env) the dataset trains and scores
+    on, printed; None when it names none (then `env=` says)."""
+    from robolearn.data.sources import dataset_task
+
+    choice = dataset_task(dataset)
+    if choice is not None:
+        extra = ", ".join(f"{k}={v}" for k, v in choice.overrides.items())
+        print(f"dataset {dataset}: task {choice.task}{f' ({extra})' if extra else ''} from {choice.origin}")
+    return choice
 
 
 def resume_config(run_dir: str | Path, iterations: int | None = None) -> dict[str, Any]:
@@ -210,18 +250,18 @@ def _reference(run_cfg: Any, task: str) -> tuple[float, float] | None:
 
 
 def offline_buffer(path: str | None, env: Any, algo_cfg: Any, device: torch.device):
-    """The offline dataset (`runner.offline_data`: any format `robolearn.data.formats` reads) as a replay buffer that
-    batches mix in at `algo.offline_ratio` (RLPD's and SERL's 50/50), holding the env's observation groups that the
-    learner reads ("policy", and "critic" where the env has a separate one). Without a dataset every batch is
-    online."""
+    """The offline dataset (`runner.offline_data`: named as `dataset=` is, `robolearn.data.sources`) as a replay
+    buffer that batches mix in at `algo.offline_ratio` (RLPD's and SERL's 50/50), holding the env's observation
+    groups that the learner reads ("policy", and "critic" where the env has a separate one). Without a dataset every
+    batch is online."""
     if not path:
         if algo_cfg.offline_ratio > 0:
             print(f"note: offline_ratio {algo_cfg.offline_ratio} but no runner.offline_data: every batch is online")
         return None
-    from robolearn.data.formats import load_dataset
     from robolearn.data.replay import dataset_buffer
+    from robolearn.data.sources import load_source
 
-    data = load_dataset(path)
+    path, data = load_source(path)
     groups = ["policy"] + (["critic"] if "critic" in env.observation_shapes else [])
     buffer = dataset_buffer(data, env.observation_shapes, env.num_actions, source=path, groups=groups,
                             device=str(device), n_step=algo_cfg.n_step, gamma=algo_cfg.gamma)
@@ -229,40 +269,34 @@ def offline_buffer(path: str | None, env: Any, algo_cfg: Any, device: torch.devi
     return buffer
 
 
-def resolve_dataset(name: str) -> Path:
-    """`dataset=`: a path, or a name under data/ (`data/<name>`, `data/<suite>/<name>`, with or without `-v0`)."""
-    path = Path(name)
-    if path.exists():
-        return path
-    for candidate in (Path("data") / name, Path("data") / f"{name}-v0", *Path("data").glob(f"*/{name}"),
-                      *Path("data").glob(f"*/{name}-v0")):
-        if candidate.exists():
-            return candidate
-    raise ConfigError(f"dataset {name!r} not found (as a path, or under data/); make one with `robolearn collect` "
-                      "(e.g. `robolearn collect suite=d4rl-like`)")
+def dataset_source(dataset: str, env: dict[str, Any]) -> dict[str, Any]:
+    """What a run records of its dataset: where it was found, its reference returns and where they come from, and
+    the Gymnasium env it was recorded in when the run's task is the one that env maps to (else None: an explicit
+    `env=` of another task; `robolearn eval backend=gymnasium` then uses the Gymnasium env that task equals)."""
+    from robolearn.data.sources import load_source, policy_size
+    from robolearn.data.standard import dataset_task, same
+    from robolearn.eval.scores import reference_source
 
-
-def _with_dataset_task(overrides: list[str]) -> list[str]:
-    """Without `env=` (and not resuming), a `dataset=` run's task is the dataset's (from its metadata)."""
-    given = {o.split("=", 1)[0].lstrip("+"): o.split("=", 1)[1] for o in overrides if "=" in o}
-    if "dataset" not in given or "env" in given or "resume" in given:
-        return overrides
-    from robolearn.data.formats import load_dataset
-
-    task = load_dataset(resolve_dataset(given["dataset"])).metadata.get("task")
-    return [*overrides, f"env={task}"] if task else overrides
+    path, data = load_source(dataset)
+    try:
+        choice = dataset_task(data.metadata, policy_size(data), path)
+    except ConfigError:  # a dataset no task reproduces, trained on an explicit env=
+        choice = None
+    reference, origin = reference_source(data.metadata, env["name"])
+    same_env = choice is not None and choice.task == env["name"] and same(choice.overrides, env.get("overrides") or {})
+    return {"path": str(path), "reference": list(reference) if reference else None, "reference_source": origin,
+            "gymnasium": choice.gymnasium if same_env else None}
 
 
 def offline_runner(env: Any, cfg: dict[str, Any], algo_cfg: Any, run_cfg: OfflineRunConfig, run_dir: Path, seed: int,
                    device: torch.device):
     """The offline runner with its algorithm and the dataset's buffer (checked against the env)."""
-    from robolearn.data.formats import load_dataset
     from robolearn.data.replay import dataset_buffer
-    from robolearn.eval.scores import reference_returns
+    from robolearn.data.sources import load_source
+    from robolearn.eval.scores import reference_source
     from robolearn.runners.offline import OfflineRunner
 
-    path = resolve_dataset(cfg["dataset"])
-    data = load_dataset(path)
+    path, data = load_source(cfg["dataset"])
     algo = spec(cfg["algo"]["name"]).learner_class().for_env(env, algo_cfg, device)
     extras = {}  # per-transition values some learners need in every batch
     if hasattr(algo, "dataset_returns"):  # Cal-QL: each transition's Monte-Carlo return-to-go
@@ -273,5 +307,8 @@ def offline_runner(env: Any, cfg: dict[str, Any], algo_cfg: Any, run_cfg: Offlin
                             device=str(device), gamma=algo_cfg.gamma, extras=extras)
     algo.fit_state_normalizer(buffer.obs["policy"][:buffer.filled])  # normalize_states (a resume restores the same)
     print(f"dataset: {len(buffer)} transitions from {data.num_episodes} episodes in {path}")
-    reference = reference_returns(data.metadata, env.task.name)
+    reference, origin = reference_source(data.metadata, env.task.name)
+    if reference is not None:
+        print(f"scores: 100 * (return - {reference[0]:g}) / ({reference[1]:g} - {reference[0]:g}), the reference "
+              f"returns of the {origin}")
     return OfflineRunner(env, algo, buffer, run_dir, cfg, run_cfg, reference, seed=seed, progress=cfg["progress"])

@@ -51,13 +51,14 @@ into another episode.
 
 Reference scores: D4RL normalises a return as 100 * (return - ref_min) / (ref_max - ref_min) with the
 reference returns in ``d4rl/infos.py`` (``REF_MIN_SCORE`` / ``REF_MAX_SCORE``: the random policy's and an
-expert's average return). `REF_SCORES` copies them for the gym-mujoco, antmaze, maze2d, adroit and kitchen
-datasets. `read` finds the dataset's name in ``env=``, else in ``metadata/task`` (or ``env_name`` /
+expert's average return); `robolearn.eval.d4rl_reference` holds them (`REF_SCORES`, re-exported here) for the
+gym-mujoco, antmaze, maze2d, adroit and kitchen datasets, and `download_file` / `download_url` say where D4RL puts
+and gets each file. `read` finds the dataset's name in ``env=``, else in ``metadata/task`` (or ``env_name`` /
 ``dataset_id``) inside the file, else in the file name (a D4RL id such as ``hopper-medium-v2.hdf5`` or the file
 name D4RL downloads, e.g. ``hopper_medium-v2.hdf5`` or ``Ant_maze_u-maze_..._sparse_fixed.hdf5``), and puts
-``task``, ``ref_min_score`` and ``ref_max_score`` into the metadata, so ``Dataset.normalized_score`` gives
-D4RL's numbers. Reference scores stored in the file's metadata take precedence over the table. ``env=`` for a
-different task than the file's ``metadata/task`` is an error.
+``task`` (and ``d4rl_dataset``: the D4RL id), ``ref_min_score`` and ``ref_max_score`` into the metadata, so
+``Dataset.normalized_score`` gives D4RL's numbers. Reference scores stored in the file's metadata take
+precedence over the table. ``env=`` for a different task than the file's ``metadata/task`` is an error.
 
 Writing (`write`, ``robolearn collect format=d4rl``): the same layout, with ``next_observations`` (so reading
 back is lossless and no step is dropped), bool ``terminals`` / ``timeouts``, ``infos/<name>`` and
@@ -82,6 +83,8 @@ import numpy as np
 import robolearn
 from robolearn.data.dataset import DEFAULT_GROUP, Dataset, check_finite, jsonable
 from robolearn.errors import DatasetError
+from robolearn.eval.d4rl_reference import ADROIT, GYM_MUJOCO, GYM_MUJOCO_DATASETS, REF_SCORES
+from robolearn.eval.scores import d4rl_reference
 
 SUFFIXES = (".hdf5", ".h5")
 _REQUIRED = ("observations", "actions", "rewards", "terminals")
@@ -89,60 +92,48 @@ _TOP = (*_REQUIRED, "timeouts", "next_observations")
 _TASK_KEYS = ("task", "env_name", "dataset_id")
 TERMINAL_OBS = ("repeat", "drop")
 
-# --- D4RL reference scores (d4rl/infos.py, REF_MIN_SCORE / REF_MAX_SCORE) ----------------------------------
+# --- D4RL names, files and reference scores --------------------------------------------------------------
 
-#: gym-mujoco: one pair per robot for every dataset and version (infos.py reuses the ``<env>-random-v0`` pair)
-_GYM_MUJOCO = {"halfcheetah": (-280.178953, 12135.0), "hopper": (-20.272305, 3234.3),
-               "walker2d": (1.629008, 4592.3), "ant": (-325.6, 3879.7)}
-#: adroit: one pair per task, from ``<task>-human-v0``, reused for cloned / expert and for v1
-_ADROIT = {"pen": (96.262799, 3076.8331017826877), "hammer": (-274.856578, 12794.134825156867),
-           "relocate": (-6.425911, 4233.877797728884), "door": (-56.512833, 2880.5693087298737)}
-_MAZE2D = {"maze2d-open-v0": (0.01, 20.66), "maze2d-umaze-v1": (23.85, 161.86),
-           "maze2d-medium-v1": (13.13, 277.39), "maze2d-large-v1": (6.7, 273.99),
-           "maze2d-open-dense-v0": (11.17817, 27.166538620695782),
-           "maze2d-umaze-dense-v1": (68.537689, 193.66285642381482),
-           "maze2d-medium-dense-v1": (44.264742, 297.4552547777125),
-           "maze2d-large-dense-v1": (30.569041, 303.4857382709002)}
+#: Where D4RL's ``DATASET_URLS`` (d4rl/infos.py, d4rl/gym_mujoco/__init__.py) point: ``<URL_BASE>/<folder>/<file>``.
+URL_BASE = "http://rail.eecs.berkeley.edu/datasets/offline_rl"
 _ANTMAZE = {"umaze": ("u-maze", False, False), "umaze-diverse": ("u-maze", True, True),
             "medium-play": ("big-maze", True, False), "medium-diverse": ("big-maze", True, True),
             "large-play": ("hardest-maze", True, False), "large-diverse": ("hardest-maze", True, True)}
-_KITCHEN_FILES = {"mini_kitchen_microwave_kettle_light_slider-v0": "complete",
-                  "kitchen_microwave_kettle_light_slider-v0": "partial",
-                  "kitchen_microwave_kettle_bottomburner_light-v0": "mixed"}
+_KITCHEN_FILES = {"complete": "mini_kitchen_microwave_kettle_light_slider-v0",
+                  "partial": "kitchen_microwave_kettle_light_slider-v0",
+                  "mixed": "kitchen_microwave_kettle_bottomburner_light-v0"}
 
 
-def _tables() -> tuple[dict[str, tuple[float, float]], dict[str, str]]:
-    """(dataset id -> (ref_min, ref_max), downloaded file stem -> dataset id) as d4rl/infos.py defines them."""
-    scores: dict[str, tuple[float, float]] = dict(_MAZE2D)
-    files: dict[str, str] = {"maze2d-open-sparse": "maze2d-open-v0", "maze2d-open-dense": "maze2d-open-dense-v0"}
-    files.update({f"maze2d-{m}-sparse-v1": f"maze2d-{m}-v1" for m in ("umaze", "medium", "large")})
-    for env, ref in _GYM_MUJOCO.items():
-        for dset, stem in (("random", "random"), ("medium", "medium"), ("expert", "expert"),
-                           ("medium-replay", "mixed"), ("medium-expert", "medium_expert")):
-            scores[f"{env}-{dset}-v0"] = ref
-            # v0 files: gym_mujoco/<env>_<stem>.hdf5, walker2d's medium-replay is walker_mixed.hdf5
-            files[f"{'walker' if stem == 'mixed' and env == 'walker2d' else env}_{stem}"] = f"{env}-{dset}-v0"
-        for version in (1, 2):  # files: <env>_<dset with _>-v<version>.hdf5
-            for dset in ("random", "medium", "expert", "medium-replay", "full-replay", "medium-expert"):
-                scores[f"{env}-{dset}-v{version}"] = ref
-    for task, ref in _ADROIT.items():
-        for dset in ("human", "cloned", "expert"):
-            scores[f"{task}-{dset}-v0"] = scores[f"{task}-{dset}-v1"] = ref
-        files.update({f"{task}-v0_demos_clipped": f"{task}-human-v0", f"{task}-demos-v0-bc-combined":
-                      f"{task}-cloned-v0", f"{task}-v0_expert_clipped": f"{task}-expert-v0"})
+def _files() -> dict[str, str]:
+    """D4RL dataset id -> ``<folder>/<file stem>`` of its download (the file D4RL keeps in D4RL_DATASET_DIR)."""
+    files = {"maze2d-open-v0": "maze2d/maze2d-open-sparse", "maze2d-open-dense-v0": "maze2d/maze2d-open-dense"}
+    for maze in ("umaze", "medium", "large"):
+        files[f"maze2d-{maze}-v1"] = f"maze2d/maze2d-{maze}-sparse-v1"
+        files[f"maze2d-{maze}-dense-v1"] = f"maze2d/maze2d-{maze}-dense-v1"
+    for env in GYM_MUJOCO:
+        for dset in GYM_MUJOCO_DATASETS[0]:  # v0: medium-replay is <env>_mixed (walker2d's walker_mixed)
+            stem = {"medium-replay": "mixed"}.get(dset, dset.replace("-", "_"))
+            robot = "walker" if stem == "mixed" and env == "walker2d" else env
+            files[f"{env}-{dset}-v0"] = f"gym_mujoco/{robot}_{stem}"
+        for version in (1, 2):
+            for dset in GYM_MUJOCO_DATASETS[version]:
+                files[f"{env}-{dset}-v{version}"] = f"gym_mujoco_v{version}/{env}_{dset.replace('-', '_')}-v{version}"
+    for task in ADROIT:
+        files.update({f"{task}-human-v0": f"hand_dapg/{task}-v0_demos_clipped",
+                      f"{task}-cloned-v0": f"hand_dapg/{task}-demos-v0-bc-combined",
+                      f"{task}-expert-v0": f"hand_dapg/{task}-v0_expert_clipped"})
+        files.update({f"{task}-{dset}-v1": f"hand_dapg_v1/{task}-{dset}-v1" for dset in ("human", "cloned", "expert")})
     for name, (maze, multistart, multigoal) in _ANTMAZE.items():
-        stem = f"ant_maze_{maze}_noisy_multistart_{multistart}_multigoal_{multigoal}_sparse".lower()
-        for version, suffix in ((0, ""), (2, "_fixed")):
-            scores[f"antmaze-{name}-v{version}"] = (0.0, 1.0)
-            files[stem + suffix] = f"antmaze-{name}-v{version}"
-    for stem, name in _KITCHEN_FILES.items():
-        scores[f"kitchen-{name}-v0"] = (0.0, 4.0)
-        files[stem] = f"kitchen-{name}-v0"
-    return scores, files
+        stem = f"Ant_maze_{maze}_noisy_multistart_{multistart}_multigoal_{multigoal}_sparse"
+        files[f"antmaze-{name}-v0"] = f"ant_maze_new/{stem}"
+        files[f"antmaze-{name}-v2"] = f"ant_maze_v2/{stem}_fixed"
+    files.update({f"kitchen-{name}-v0": f"kitchen/{stem}" for name, stem in _KITCHEN_FILES.items()})
+    return files
 
 
-#: D4RL dataset id -> (ref_min_score, ref_max_score), copied from d4rl/infos.py (facts, not estimates)
-REF_SCORES, _FILE_NAMES = _tables()
+_FILES = _files()
+#: downloaded file stem (lower case) -> D4RL dataset id
+_FILE_NAMES = {path.rsplit("/", 1)[1].lower(): name for name, path in _FILES.items()}
 
 
 def d4rl_name(name: str | os.PathLike[str]) -> str | None:
@@ -157,10 +148,22 @@ def d4rl_name(name: str | os.PathLike[str]) -> str | None:
     return key if key in REF_SCORES else None
 
 
+def download_file(name: str) -> str | None:
+    """The file name D4RL downloads dataset id ``name`` to (``halfcheetah_medium-v2.hdf5``), None if unknown."""
+    path = _FILES.get(name)
+    return None if path is None else path.rsplit("/", 1)[1] + ".hdf5"
+
+
+def download_url(name: str) -> str | None:
+    """The URL D4RL downloads dataset id ``name`` from (d4rl/infos.py ``DATASET_URLS``), None if unknown."""
+    path = _FILES.get(name)
+    return None if path is None else f"{URL_BASE}/{path}.hdf5"
+
+
 def reference_scores(name: str | os.PathLike[str]) -> tuple[float, float] | None:
     """D4RL's (ref_min_score, ref_max_score) for a dataset id or file name, None where D4RL has none."""
     key = d4rl_name(name)
-    return None if key is None else REF_SCORES[key]
+    return None if key is None else d4rl_reference(key)
 
 
 def _same_task(a: str, b: str) -> bool:
@@ -474,6 +477,8 @@ def _task_and_scores(path: Path, env: str | None, meta: dict[str, Any]) -> dict[
     if task is None:
         return {}
     out: dict[str, Any] = {"task": d4rl_name(task) or task}
+    if d4rl_name(task):  # the D4RL id, apart from `task` (which a robolearn-written file sets to its own task)
+        out["d4rl_dataset"] = d4rl_name(task)
     refs = reference_scores(task)
     if refs is not None and not ("ref_min_score" in meta and "ref_max_score" in meta):
         out["ref_min_score"], out["ref_max_score"] = refs
@@ -543,4 +548,5 @@ def _write_metadata(f: h5py.File, key: str, value: Any) -> None:
     f[name].attrs["json"] = True
 
 
-__all__ = ["REF_SCORES", "d4rl_name", "detect", "read", "reference_scores", "write"]
+__all__ = ["REF_SCORES", "URL_BASE", "d4rl_name", "detect", "download_file", "download_url", "read",
+           "reference_scores", "write"]

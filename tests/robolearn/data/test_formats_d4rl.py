@@ -139,10 +139,27 @@ def test_reference_scores_are_d4rl_infos(name, d4rl_id, refs):
     assert d4rl.d4rl_name(name) == d4rl_id and d4rl.reference_scores(name) == refs
 
 
+def test_download_names_and_the_table_beside_the_scores():
+    """The file D4RL downloads each id to and from where (d4rl/infos.py DATASET_URLS); the reference table is
+    robolearn.eval.d4rl_reference's, which the scores module reads."""
+    from robolearn.eval.d4rl_reference import REF_SCORES
+    from robolearn.eval.scores import d4rl_reference
+
+    assert d4rl.REF_SCORES is REF_SCORES and d4rl_reference("Hopper-Medium-v2") == (-20.272305, 3234.3)
+    assert d4rl.download_file("halfcheetah-medium-v2") == "halfcheetah_medium-v2.hdf5"
+    assert d4rl.download_url("walker2d-medium-replay-v0") == f"{d4rl.URL_BASE}/gym_mujoco/walker_mixed.hdf5"
+    assert d4rl.download_url("antmaze-umaze-v2") == (f"{d4rl.URL_BASE}/ant_maze_v2/Ant_maze_u-maze_noisy_multistart_"
+                                                     "False_multigoal_False_sparse_fixed.hdf5")
+    assert d4rl.download_url("maze2d-umaze-v1") == f"{d4rl.URL_BASE}/maze2d/maze2d-umaze-sparse-v1.hdf5"
+    assert d4rl.download_file("cheetah-run") is None
+    for name in REF_SCORES:  # every id's download file maps back to it
+        assert d4rl.d4rl_name(d4rl.download_file(name)) == name
+
+
 def test_reference_scores_from_file_name_env_or_metadata(tmp_path):
     rows = d4rl_rows(SPEC)
     data = d4rl.read(write_h5(tmp_path / "hopper-medium-v2.hdf5", rows))
-    assert data.metadata["task"] == "hopper-medium-v2"
+    assert data.metadata["task"] == data.metadata["d4rl_dataset"] == "hopper-medium-v2"
     assert data.normalized_score(3234.3) == pytest.approx(100.0) and data.normalized_score(-20.272305) == 0.0
     data = d4rl.read(write_h5(tmp_path / "mine.hdf5", rows), env="walker2d_medium_expert-v2")
     assert data.metadata["task"] == "walker2d-medium-expert-v2"

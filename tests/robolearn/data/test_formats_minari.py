@@ -119,6 +119,40 @@ def test_read_data_collector_dataset(root, data_format):
     assert ours.metadata["minari"]["data_format"] == data_format
 
 
+def test_flatten_is_gymnasiums_layout(root):
+    """read(flatten=True): a Dict (nested, keys sorted) or Tuple (with a Discrete, one-hot) observation becomes the
+    one float32 group "policy" that gymnasium.spaces.flatten gives, row for row."""
+    theirs = collect("tiny/flat-v0", gym.wrappers.TimeLimit(Tiny(), 3), "hdf5")
+    ours = fmt.read(fmt.dataset_dir("tiny/flat-v0"), flatten=True)
+    assert list(ours.observations) == ["policy"] and ours.metadata["minari"]["flattened"] == ["arm/qvel", "pos"]
+    space = theirs.spec.observation_space
+    for mine, ep in zip(ours.episodes(), theirs.iterate_episodes(), strict=True):
+        rows = [gym.spaces.flatten(space, {"arm": {"qvel": ep.observations["arm"]["qvel"][t]},
+                                           "pos": ep.observations["pos"][t]}) for t in range(len(mine) + 1)]
+        np.testing.assert_array_equal(mine.observations["policy"], np.stack(rows).astype(np.float32))
+    obs_space = spaces.Tuple((spaces.Box(-1, 1, (2,), np.float32), spaces.Discrete(4, start=1)))
+    buffers = [EpisodeBuffer(observations=(np.full((3, 2), 0.5, np.float32), np.array([1, 4, 2])),
+                             actions=np.zeros((2, 1), np.float32), rewards=np.ones(2), terminations=[False, True],
+                             truncations=[False, False])]
+    minari.create_dataset_from_buffers("tuple-v0", buffers, observation_space=obs_space,
+                                       action_space=spaces.Box(-1, 1, (1,), np.float32))
+    policy = fmt.read(root / "tuple-v0", flatten=True).observations["policy"]
+    want = [gym.spaces.flatten(obs_space, (np.full(2, 0.5, np.float32), d)) for d in (1, 4, 2)]
+    np.testing.assert_array_equal(policy, np.stack(want).astype(np.float32))
+
+
+def test_default_id_is_the_path_under_the_minari_root(root, tmp_path):
+    """Written under MINARI_DATASETS_PATH without a dataset_id, a dataset gets the id minari lists it by (its path
+    there); elsewhere its folder's name."""
+    data = make_dataset(episodes=(2,))
+    fmt.write(data, root / "point-mass" / "random-v0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # minari warns "Misconfigured dataset" for an id that does not match
+        assert list(minari.list_local_datasets()) == ["point-mass/random-v0"]
+    assert minari.load_dataset("point-mass/random-v0").total_episodes == 1
+    assert fmt.folder_id(tmp_path / "elsewhere" / "x-v0") == "x-v0"
+
+
 def test_read_pendulum_with_reference_scores(root):
     theirs = collect("pendulum/random-v0", gym.make("Pendulum-v1", max_episode_steps=5), "arrow",
                      ref_min_score=-1200.0, ref_max_score=-150.0)

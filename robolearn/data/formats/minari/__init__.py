@@ -50,26 +50,37 @@ New Box spaces get the widest bounds of their dtype (``-inf``..``inf`` for float
 defaults to "0.5.0", the first Minari with this layout, so that every Minari 0.5.x accepts the files (each
 refuses versions newer than itself); the tests check them against minari 0.5.4.
 
-Modules: `layout` (file names, ids, `dataset_dir`, `detect`), `spaces` (Gymnasium spaces as JSON), `metadata`
+``read(path, flatten=True)`` (what training reads) makes a Dict / Tuple observation one float32 group "policy"
+in ``gymnasium.spaces.flatten``'s layout (sorted Dict keys), the vector a policy sees in the dataset's env. A
+folder written under the Minari root gets the id Minari lists it by (``<root>/point-mass/random-v0`` ->
+``point-mass/random-v0``: `folder_id`).
+
+Modules: `layout` (file names, ids, `minari_root`, `dataset_dir`, `folder_id`, `detect`), `flatten` (gymnasium's
+flat layout), `spaces` (Gymnasium spaces as JSON), `metadata`
 (metadata.json <-> `Dataset.metadata`), `arrow` and `hdf5` (the two storage backends, each read and written),
 `episode` (what both backends share), `reader` (`read`) and `writer` (`write`).
 """
 
 from __future__ import annotations
 
+from robolearn.data.formats.minari.flatten import flat_observation, flat_size
 from robolearn.data.formats.minari.layout import (
     DATA_FORMATS,
     HDF5_FILE,
+    ID_RE,
     METADATA,
     MINARI_VERSION,
     NAMESPACE_METADATA,
     ROBOLEARN_KEY,
     dataset_dir,
     detect,
+    folder_id,
+    minari_root,
 )
 from robolearn.data.formats.minari.reader import read
 from robolearn.data.formats.minari.spaces import Space, parse_space
 from robolearn.data.formats.minari.writer import write
 
-__all__ = ["DATA_FORMATS", "HDF5_FILE", "METADATA", "MINARI_VERSION", "NAMESPACE_METADATA", "ROBOLEARN_KEY", "Space",
-           "dataset_dir", "detect", "parse_space", "read", "write"]
+__all__ = ["DATA_FORMATS", "HDF5_FILE", "ID_RE", "METADATA", "MINARI_VERSION", "NAMESPACE_METADATA", "ROBOLEARN_KEY",
+           "Space", "dataset_dir", "detect", "flat_observation", "flat_size", "folder_id", "minari_root", "parse_space",
+           "read", "write"]

@@ -22,12 +22,31 @@ ID_RE = re.compile(r"^(?:(?P<namespace>[-_\w][-_\w/]*[-_\w]+)/)?(?P<name>[-_\w]+
 STEP_FIELDS = ("rewards", "terminations", "truncations")
 
 
+def minari_root() -> Path:
+    """Where Minari keeps its datasets: ``$MINARI_DATASETS_PATH``, else ``~/.minari/datasets`` (minari's
+    ``get_dataset_path``)."""
+    return Path(os.environ.get("MINARI_DATASETS_PATH") or Path.home() / ".minari" / "datasets")
+
+
 def dataset_dir(dataset_id: str, root: str | Path | None = None) -> Path:
-    """Where Minari keeps ``dataset_id``: ``root`` (default ``$MINARI_DATASETS_PATH`` or ``~/.minari/datasets``)
-    joined with the id."""
-    if root is None:
-        root = os.environ.get("MINARI_DATASETS_PATH") or Path.home() / ".minari" / "datasets"
-    return Path(root) / dataset_id
+    """Where Minari keeps ``dataset_id``: ``root`` (default `minari_root`) joined with the id."""
+    return Path(root if root is not None else minari_root()) / dataset_id
+
+
+def folder_id(path: Path) -> str:
+    """The id Minari lists the dataset folder ``path`` under: its path below the Minari root (`minari_root`) when
+    it lies there (``<root>/point-mass/random-v0`` -> ``point-mass/random-v0``), else its name below the namespace
+    folders (those holding ``namespace_metadata.json``) it sits in, else its name."""
+    path = Path(path).expanduser().absolute()
+    try:
+        return path.resolve().relative_to(minari_root().expanduser().resolve()).as_posix()
+    except ValueError:
+        pass
+    parts, parent = [path.name], path.parent
+    while (parent / NAMESPACE_METADATA).is_file() and parent != parent.parent:
+        parts.insert(0, parent.name)
+        parent = parent.parent
+    return "/".join(parts)
 
 
 def data_dir(path: Path) -> Path:

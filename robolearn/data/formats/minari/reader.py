@@ -2,6 +2,9 @@
 
 metadata.json is read and checked (data format, episode count, spaces), the episodes come from the storage
 backend (`arrow` or `hdf5`), then infos are fitted to one row per step and the metadata mapped (`metadata`).
+``flatten=True`` (what training reads, `robolearn.data.sources`) turns a Dict / Tuple observation into the one
+group "policy", laid out as ``gymnasium.spaces.flatten`` does (`flatten`), the vector a policy sees in the
+dataset's Gymnasium env.
 """
 
 from __future__ import annotations
@@ -10,8 +13,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from robolearn.data.dataset import Dataset, read_json
+from robolearn.data.dataset import DEFAULT_GROUP, Dataset, read_json
 from robolearn.data.formats.minari.arrow import read_arrow
+from robolearn.data.formats.minari.flatten import flat_leaves, flat_observation
 from robolearn.data.formats.minari.hdf5 import read_hdf5
 from robolearn.data.formats.minari.layout import DATA_FORMATS, METADATA, data_dir
 from robolearn.data.formats.minari.metadata import read_metadata
@@ -19,8 +23,12 @@ from robolearn.data.formats.minari.spaces import Space, parse_space
 from robolearn.errors import DatasetError
 
 
-def read(path: Path, **_: Any) -> Dataset:
-    """The Minari dataset at ``path`` (its folder ``<root>/<id>`` or that folder's ``data/``) as a `Dataset`."""
+def read(path: Path, flatten: bool = False, **_: Any) -> Dataset:
+    """The Minari dataset at ``path`` (its folder ``<root>/<id>`` or that folder's ``data/``) as a `Dataset`.
+
+    ``flatten``: a Dict / Tuple observation space without a "policy" entry becomes the single float32 group
+    "policy" in ``gymnasium.spaces.flatten``'s layout (sorted Dict keys; `metadata["minari"]["flattened"]` lists
+    the parts); otherwise each leaf is a group of its own."""
     path = Path(path)
     data = data_dir(path)
     meta = read_json(data / METADATA, "the dataset metadata",
@@ -46,7 +54,11 @@ def read(path: Path, **_: Any) -> Dataset:
     metadata = read_metadata(meta, skipped)
     if skipped:
         warnings.warn(f"{path}: infos {sorted(skipped)} not read ({'; '.join(skipped.values())})", stacklevel=2)
-    return Dataset.from_episodes(episodes, metadata, source=str(path))
+    dataset = Dataset.from_episodes(episodes, metadata, source=str(path))
+    if flatten and obs_space.kind in ("Dict", "Tuple") and DEFAULT_GROUP not in dataset.observations:
+        dataset.observations = {DEFAULT_GROUP: flat_observation(obs_space, dataset.observations)}
+        metadata["minari"]["flattened"] = ["/".join(names) for names, _ in flat_leaves(obs_space)]
+    return dataset
 
 
 def _spaces(meta: dict[str, Any], where: Path) -> tuple[Space, Space]:

@@ -17,7 +17,14 @@ import numpy as np
 from robolearn.data.dataset import DEFAULT_GROUP, Dataset, staged_folder
 from robolearn.data.formats.minari.arrow import write_arrow
 from robolearn.data.formats.minari.hdf5 import write_hdf5
-from robolearn.data.formats.minari.layout import DATA_FORMATS, ID_RE, METADATA, MINARI_VERSION, NAMESPACE_METADATA
+from robolearn.data.formats.minari.layout import (
+    DATA_FORMATS,
+    ID_RE,
+    METADATA,
+    MINARI_VERSION,
+    NAMESPACE_METADATA,
+    folder_id,
+)
 from robolearn.data.formats.minari.metadata import write_metadata
 from robolearn.data.formats.minari.spaces import Space, fits, new_box, parse_space
 from robolearn.errors import DatasetError
@@ -27,13 +34,16 @@ def write(dataset: Dataset, path: Path, dataset_id: str | None = None, data_form
           minari_version: str = MINARI_VERSION, **_: Any) -> Path:
     """Write ``dataset`` as the Minari dataset folder ``path`` (``<root>/<namespace...>/<name>-v<N>``).
 
-    ``dataset_id`` defaults to the folder's name; a namespaced id (``"pendulum/expert-v0"``) must match the
-    path's last parts, so that ``minari.load_dataset(dataset_id)`` with ``MINARI_DATASETS_PATH=<root>`` finds
-    it (`dataset_dir` builds such a path). ``data_format``: "arrow" (Minari's default), "parquet" or "hdf5".
-    The folder must not exist; files are written to a hidden sibling and renamed, so a failure leaves nothing.
+    ``dataset_id`` defaults to the id Minari lists the folder under (`folder_id`): its path below the Minari root
+    (``$MINARI_DATASETS_PATH`` or ``~/.minari/datasets``), so ``<root>/point-mass/random-v0`` is
+    ``point-mass/random-v0``; elsewhere the folder's name (below existing namespace folders). A namespaced id
+    (``"pendulum/expert-v0"``) must match the path's last parts, so that ``minari.load_dataset(dataset_id)`` with
+    ``MINARI_DATASETS_PATH=<root>`` finds it (`dataset_dir` builds such a path). ``data_format``: "arrow"
+    (Minari's default), "parquet" or "hdf5". The folder must not exist; files are written to a hidden sibling and
+    renamed, so a failure leaves nothing.
     """
     path = Path(path)
-    dataset_id = path.name if dataset_id is None else dataset_id
+    dataset_id = folder_id(path) if dataset_id is None else dataset_id
     match = ID_RE.match(dataset_id)
     if not match:
         raise DatasetError(f"{dataset_id!r} is not a Minari dataset id; use (namespace/)name-v<version>, e.g. "
