@@ -42,14 +42,16 @@ class Physics:
     sensordata: Array
     ctrl: Array
     #: The extra mjData fields the task asked for (`Task.data_fields`), by name, each a float32 array of
-    #: its mjData shape: values from the start of the last physics sub-step (as sensors), after
-    #: `mj_rnePostConstraint` (Gymnasium's MuJoCo envs call it after every step).
+    #: its mjData shape: the values `mj_step` and then `mj_rnePostConstraint` leave (Gymnasium's MuJoCo envs
+    #: read them so): from the start of the last physics sub-step (as sensors), or with the RK4 integrator
+    #: from its last stage.
     fields: dict[str, Array] = dataclasses.field(default_factory=dict)
 
 
-#: The mjData fields a task may ask for (`Task.data_fields`): name -> its shape given the model. Each is
-#: computed by `mj_rnePostConstraint` from the start of the last physics sub-step, as Gymnasium reads them.
-DATA_FIELDS = {"cfrc_ext": lambda m: (m.nbody, 6)}
+#: The mjData fields a task may ask for (`Task.data_fields`): name -> its shape given the model. Each is what
+#: `mj_step` + `mj_rnePostConstraint` leave, as Gymnasium reads them: "xpos" (Gymnasium's Ant measures its speed
+#: with it) differs from `qpos` under RK4, whose last stage's kinematics `mj_step` leaves behind.
+DATA_FIELDS = {"cfrc_ext": lambda m: (m.nbody, 6), "xpos": lambda m: (m.nbody, 3)}
 
 
 def data_field_shape(model: mujoco.MjModel, name: str) -> tuple[int, ...]:
@@ -221,7 +223,7 @@ class Task:
     total_mass: ClassVar[float | None] = None
     #: mjData fields beyond qpos/qvel/sensordata that the task reads through `Physics.fields`, such as
     #: "cfrc_ext" (Gymnasium's Ant observes the contact forces). Only fields `mj_rnePostConstraint`
-    #: computes or `mj_forward` leaves are supported: see `sim.backends.DATA_FIELDS`.
+    #: computes or `mj_forward` leaves are supported: see `sim.core.DATA_FIELDS`.
     data_fields: ClassVar[tuple[str, ...]] = ()
     #: Clip every joint velocity to +-qvel_limit before each control step's physics, as
     #: gymnasium-robotics' PointMaze does to its force-driven ball (None: no clip).

@@ -71,7 +71,9 @@ class MjxBackend:
 
     def view(self, data) -> Physics:
         f32 = jnp.float32
-        fields = {k: getattr(data._impl, k).astype(f32) for k in self.fields}
+        # A field is public in mjx.Data (xpos) or part of the JAX implementation's data (cfrc_ext).
+        fields = {k: getattr(data if k in data.__dataclass_fields__ else data._impl, k).astype(f32)
+                  for k in self.fields}
         return Physics(qpos=data.qpos.astype(f32), qvel=data.qvel.astype(f32),
                        sensordata=data.sensordata.astype(f32), ctrl=data.ctrl.astype(f32), fields=fields)
 

@@ -87,6 +87,46 @@ def _maze(prefix: str, cls: str, episode_length: dict[str, int], reference_retur
             for layout in ("umaze", "medium", "large")]
 
 
+#: D4RL's REF_MIN_SCORE / REF_MAX_SCORE (d4rl/infos.py) of the maze2d-*-v1 and maze2d-*-dense-v1 tasks, and
+#: antmaze-*-v0's 0 / 1: (sparse random, sparse expert, dense random, dense expert) per layout.
+_D4RL_MAZE_SCORES = {"umaze": (23.85, 161.86, 68.537689, 193.66285642381482),
+                     "medium": (13.13, 277.39, 44.264742, 297.4552547777125),
+                     "large": (6.7, 273.99, 30.569041, 303.4857382709002)}
+
+
+def _d4rl_mazes() -> list[TaskSpec]:
+    """gymnasium-robotics' D4RL mazes as Minari's datasets record them (sim/tasks/d4rl_maze.py): pointmaze-* (sparse
+    and -dense, anchored at D4RL's maze2d-*-v1 scores) and antmaze-* (anchored at 0 / 1: D4RL normalises antmaze by
+    success; here the continuing task's return counts the steps spent at the goal, so compare `episode/success`).
+
+    equivalence_steps (tests/sim/test_d4rl_maze.py has the details): MJX and C part at the first contact inside a
+    geom margin, which MJX handles differently: the ball's first wall touch inside 0.004 m at step 62 (umaze, large;
+    128 medium), the ant's first foot on the floor at step 4 (jax 0.10.2, mujoco 4.0.0, mujoco-mjx 3.17)."""
+    doc = ("D4RL's REF_MIN_SCORE / REF_MAX_SCORE of {task} (d4rl/infos.py: a random policy / D4RL's expert in "
+           "D4RL's own env), used to normalise D4RL scores; not measured here")
+    specs = []
+    for layout, steps in {"umaze": 300, "medium": 600, "large": 800}.items():
+        lo, hi, dense_lo, dense_hi = _D4RL_MAZE_SCORES[layout]
+        specs += [TaskSpec(f"pointmaze-{layout}", "sim.tasks.d4rl_maze:D4RLPointMaze",
+                           {"layout": layout, "episode_length": steps}, random_return=lo, reference_return=hi,
+                           reference_doc=doc.format(task=f"maze2d-{layout}-v1"), equivalence_steps=50),
+                  TaskSpec(f"pointmaze-{layout}-dense", "sim.tasks.d4rl_maze:D4RLPointMaze",
+                           {"layout": layout, "episode_length": steps, "reward_type": "dense"},
+                           random_return=dense_lo, reference_return=dense_hi,
+                           reference_doc=doc.format(task=f"maze2d-{layout}-dense-v1"), equivalence_steps=50)]
+    for layout, steps in {"umaze": 700, "medium": 1000, "large": 1000}.items():
+        specs.append(TaskSpec(f"antmaze-{layout}", "sim.tasks.d4rl_maze:D4RLAntMaze",
+                              {"layout": layout, "episode_length": steps}, random_return=0.0, reference_return=1.0,
+                              reference_doc=doc.format(task=f"antmaze-{layout}-v0") + " (a success rate)",
+                              equivalence_steps=3))
+    return specs
+
+
+#: The Gymnasium MuJoCo v5 tasks' anchors are D4RL's, as CORL and other offline-RL papers normalise with them.
+_D4RL_DOC = ("D4RL's REF_MIN_SCORE / REF_MAX_SCORE (a uniform random policy / D4RL's expert SAC policy, measured "
+             "by D4RL in its gym / mujoco-py environments), used to normalise D4RL scores as CORL does; not "
+             "measured here")
+
 _SPECS: list[TaskSpec] = [
     TaskSpec("ant-velocity", "sim.tasks.ant:AntVelocity", random_return=595.1, reference_return=1181.7,
              reference_doc="central-pattern-generator trot steered by the command (sim/tasks/ant_control.py)",
@@ -124,10 +164,24 @@ _SPECS: list[TaskSpec] = [
              reference_doc="trained: PPO, 1.6M env-steps, 256 envs, 128x128 networks, deterministic policy "
                            "(benchmarks/references/cheetah-run-ppo)",
              reference_checkpoint="benchmarks/references/cheetah-run-ppo"),
+    # Gymnasium's MuJoCo v5 locomotion (sim/tasks/mujoco_v5.py), anchored as D4RL normalises its scores.
+    # equivalence_steps: MJX and C part by more than the test's tolerance at step 13 (cheetah, full random torques
+    # tumble it), 152 (hopper), 42 (walker) and 2 (ant: its contacts lie inside the geoms' 0.01 margins, where MJX's
+    # contact forces differ from MuJoCo C's; see tests/sim/test_mujoco_v5.py::test_mjx_ant), with jax 0.10.2 /
+    # mujoco 4.0.0.
+    TaskSpec("halfcheetah-v5", "sim.tasks.mujoco_v5:HalfCheetah", random_return=-280.178953,
+             reference_return=12135.0, reference_doc=_D4RL_DOC, equivalence_steps=12),
+    TaskSpec("hopper-v5", "sim.tasks.mujoco_v5:Hopper", random_return=-20.272305, reference_return=3234.3,
+             reference_doc=_D4RL_DOC, equivalence_steps=120),
+    TaskSpec("walker2d-v5", "sim.tasks.mujoco_v5:Walker2d", random_return=1.629008, reference_return=4592.3,
+             reference_doc=_D4RL_DOC, equivalence_steps=36),
+    TaskSpec("ant-v5", "sim.tasks.mujoco_v5:Ant", random_return=-325.6, reference_return=3879.7,
+             reference_doc=_D4RL_DOC, equivalence_steps=2),
     TaskSpec("pendulum-swingup", "sim.tasks.pendulum:PendulumSwingup", random_return=3.8, reference_return=848.6,
              reference_doc="energy pumping + PD hold (sim/tasks/reference.py)"),
     TaskSpec("point-mass", "sim.tasks.point_mass:PointMass", random_return=10.4, reference_return=898.2,
              reference_doc="saturated PD to the target (sim/tasks/reference.py)"),
+    *_d4rl_mazes(),
     *_maze("point-maze", "sim.tasks.maze:PointMaze", {"umaze": 300, "medium": 600, "large": 800},
            {"umaze": 72.6, "medium": 190.2, "large": 238.8}, "breadth-first waypoints + PD (sim/tasks/reference.py)"),
     TaskSpec("quadrotor-hover", "sim.tasks.quadrotor:Quadrotor", random_return=-3.8, reference_return=421.2,

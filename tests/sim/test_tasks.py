@@ -15,6 +15,12 @@ from sim.tasks.reference import measure_returns, scripted_policy
 ROOT = Path(__file__).parents[2]
 
 
+def _has_controller(name: str) -> bool:
+    """Whether the task's reference return is its own controller's (scripted or trained); the standard benchmark
+    tasks (Gymnasium v5, the D4RL mazes) are anchored at D4RL's published reference scores instead."""
+    return scripted_policy(name) is not None or bool(spec(name).reference_checkpoint)
+
+
 def _reference_policy(name: str):
     scripted = scripted_policy(name)
     if scripted is not None:
@@ -32,7 +38,10 @@ def test_task_is_documented(name):
     for word in ("Observation", "Action", "Reward"):
         assert word in doc, f"{name}'s docstring must describe its {word.lower()}"
     assert task.reference_return > task.random_return and task.reference_doc
-    assert scripted_policy(name) is not None or (ROOT / task.reference_checkpoint / "config.json").is_file()
+    if task.reference_checkpoint:
+        assert (ROOT / task.reference_checkpoint / "config.json").is_file()
+    else:
+        assert _has_controller(name) or "D4RL" in task.reference_doc, f"{name}: a controller or D4RL's anchors"
 
 
 @pytest.mark.parametrize("name", sim.list_tasks())
@@ -42,11 +51,13 @@ def test_recorded_returns_reproduce_and_runs_are_deterministic(name):
     task = spec(name)
     env = sim.make(name, num_envs=8, seed=0)
     random = measure_returns(name, None, seed=0, env=env)
-    reference = measure_returns(name, _reference_policy(name), seed=0, env=env)
-    # 8 envs instead of the recorded 64: both are noisier means (the start states differ).
+    # 8 envs instead of the recorded 64: both are noisier means (the start states differ). D4RL's random anchors
+    # come from its own envs (gym v2 / mujoco-py): the same tolerance holds for the v5 and maze ports.
     assert abs(random - task.random_return) < 0.15 * task.reference_return
-    assert reference > 0.9 * task.reference_return
-    assert reference > random + 0.5 * (task.reference_return - task.random_return)
+    if _has_controller(name):
+        reference = measure_returns(name, _reference_policy(name), seed=0, env=env)
+        assert reference > 0.9 * task.reference_return
+        assert reference > random + 0.5 * (task.reference_return - task.random_return)
     first, second = _rollout_through_resets(env), _rollout_through_resets(env)
     assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
     assert torch.isfinite(first[0]).all() and torch.isfinite(first[1]).all()
