@@ -6,6 +6,8 @@
     robolearn collect env=cheetah-run kind=medium-expert policy=<medium ckpt> expert_policy=<expert ckpt> ...
     robolearn collect env=ant-maze-medium kind=diverse episodes=1000     # goal datasets: diverse | play
     robolearn collect suite=d4rl-like                      # every dataset of configs/dataset/d4rl-like.yaml
+    robolearn collect env=halfcheetah-v5 kind=medium-replay policy=benchmarks/behaviour/halfcheetah-v5-sac
+    robolearn collect behaviour=runs/<run> out=benchmarks/behaviour/halfcheetah-v5-sac  # a behaviour folder
 
 Kinds (D4RL's recipes): ``random`` (uniform actions), ``medium`` / ``expert`` (a checkpoint's stochastic policy,
 as D4RL sampled its SAC policies; medium is a checkpoint at about 1/3 of the expert's normalised score: pick it
@@ -32,6 +34,13 @@ an off-policy checkpoint at about the medium level, ``full-replay`` the one save
 (``policy=runs/<run>/checkpoints/<name>``; a checkpoint keeps its buffer for resume). Each env's timeline
 splits into episodes at its done flags; the newest, unfinished one ends in a truncation (its next observation
 is stored), and when the buffer wrapped, the oldest one begins mid-episode (``metadata["partial_first"]``).
+
+``policy=<behaviour folder>`` (`robolearn.collect.behaviour`: a run's committed policy snapshots) plays that run
+instead, identically on any machine: medium / expert its medium / expert snapshot (sampled), medium-expert both, and
+the replay kinds every snapshot that acted before the medium one (medium-replay) or all of them (full-replay), each
+for the env steps it acted in the run (`play_snapshots`), so a replay dataset has the run's number of transitions
+without shipping its buffer. ``behaviour=<run dir>`` builds such a folder from a run trained with
+``runner.snapshot_every`` (into ``out=``, picking medium at ``medium_score``).
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from robolearn.collect.behaviour import MEDIUM_SCORE, is_behaviour, load_behaviour, replay_schedule, snapshot
 from robolearn.config import EnvConfig, make_env
 from robolearn.data.dataset import Dataset
 from robolearn.errors import ConfigError
@@ -86,7 +96,8 @@ class CollectConfig:
     episodes: int = 100             # whole episodes to keep (per policy for medium-expert: half each)
     policy: str | None = None       # checkpoint of medium / expert (medium-expert: the medium one; replay kinds:
     #                                 the off-policy checkpoint whose saved replay buffer becomes the dataset);
-    #                                 "reference": the task's reference controller (default of the goal kinds)
+    #                                 "reference": the task's reference controller (default of the goal kinds);
+    #                                 a behaviour folder: its snapshots (medium, expert, medium-expert, replay kinds)
     noise: float = 0.0              # std of Gaussian noise added to the behaviour policy's actions (then clipped)
     expert_policy: str | None = None  # medium-expert: the expert checkpoint
     out: str | None = None          # the dataset to create (default: data/<task>-<kind>-v0); format=minari under
@@ -99,6 +110,9 @@ class CollectConfig:
     pixels: PixelsConfig = dataclasses.field(default_factory=lambda: PixelsConfig())
     progress: bool = True
     suite: str | None = None        # a suite of datasets (configs/dataset/<suite>.yaml or a path): see collect_suite
+    behaviour: str | None = None    # a run trained with runner.snapshot_every: build its behaviour folder at out=
+    #                                 (default benchmarks/behaviour/<task>-<algo>; robolearn.collect.behaviour)
+    medium_score: float = MEDIUM_SCORE  # behaviour=: the normalised score (sampled) the medium snapshot reaches first
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -107,11 +121,12 @@ class CollectConfig:
             raise ConfigError(f"collect noise must be >= 0, got {self.noise}")
         if self.kind in GOAL_KINDS and not self.policy:
             self.policy = "reference"
-        if self.kind != "random" and not self.policy and not self.suite:
+        if self.kind != "random" and not self.policy and not self.suite and not self.behaviour:
             raise ConfigError(f"collect kind={self.kind} needs policy=<checkpoint>")
-        if self.kind == "medium-expert" and not self.expert_policy and not self.suite:
+        if (self.kind == "medium-expert" and not self.expert_policy and not self.suite
+                and not is_behaviour(self.policy)):
             raise ConfigError("collect kind=medium-expert needs policy=<medium checkpoint> and "
-                              "expert_policy=<expert checkpoint>")
+                              "expert_policy=<expert checkpoint> (or policy=<behaviour folder>)")
         if self.episodes < 1:
             raise ConfigError(f"collect episodes must be >= 1, got {self.episodes}")
 
@@ -130,15 +145,8 @@ def rollout(env: Any, actor: Actor, episodes: int, progress: bool = False,
     out: list[dict[str, Any]] = []
     bar = _progress(episodes, label) if progress else None
     while done_count < episodes:
-        # the box the sims apply: a sampled Gaussian policy's raw draws (|a| up to ~18) would otherwise be recorded,
-        # actions no tanh actor can reproduce and no critic should be fitted on
-        actions = actor(obs).clamp(-1.0, 1.0)
-        next_obs, rewards, dones, extras = env.step(actions)
-        time_outs = extras["time_outs"].bool().cpu().numpy()
-        dones_np = dones.bool().cpu().numpy()
-        steps.append({"obs": {g: v.cpu().numpy() for g, v in obs.items()}, "action": actions.cpu().numpy(),
-                      "reward": rewards.cpu().numpy(), "terminated": dones_np & ~time_outs, "time_out": time_outs,
-                      "final": {g: v.cpu().numpy() for g, v in extras["final_obs"].items()}})
+        next_obs, step, dones_np = _step(env, obs, actor(obs))
+        steps.append(step)
         t = len(steps) - 1
         for i in np.flatnonzero(dones_np):
             if done_count < episodes:
@@ -153,6 +161,71 @@ def rollout(env: Any, actor: Actor, episodes: int, progress: bool = False,
             steps = steps[first:]
             start -= first
         obs = next_obs
+    if bar is not None:
+        bar.close()
+    return out
+
+
+def _step(env: Any, obs: Any, actions: torch.Tensor) -> tuple[Any, dict[str, Any], np.ndarray]:
+    """Step ``env`` with ``actions`` clipped to [-1, 1] (the box the sims apply: a sampled Gaussian policy's raw draws,
+    |a| up to ~18, would otherwise be recorded, actions no tanh actor can reproduce and no critic should be fitted on):
+    the next observations, the step's record (obs groups [n, ...], action, reward, terminated, time_out, final: the
+    true next observations) and the done flags."""
+    actions = actions.clamp(-1.0, 1.0)
+    next_obs, rewards, dones, extras = env.step(actions)
+    time_outs = extras["time_outs"].bool().cpu().numpy()
+    dones_np = dones.bool().cpu().numpy()
+    step = {"obs": {g: v.cpu().numpy() for g, v in obs.items()}, "action": actions.cpu().numpy(),
+            "reward": rewards.cpu().numpy(), "terminated": dones_np & ~time_outs, "time_out": time_outs,
+            "final": {g: v.cpu().numpy() for g, v in extras["final_obs"].items()}}
+    return next_obs, step, dones_np
+
+
+@torch.no_grad()
+def play_snapshots(env: Any, schedule: list[tuple[str, int]], seed: int, random_steps: int = 0,
+                   progress: bool = False, label: str = "replay") -> list[dict[str, Any]]:
+    """A training run's collection again, from its policy snapshots: each ``(checkpoint, env steps)`` of ``schedule``
+    in turn plays its share of env steps, sampled, all from one generator seeded with ``seed`` (as the run drew from
+    one), uniform random actions for the first ``random_steps`` (the run's warm-up); the envs run on across the
+    switches, as the run's did, so episodes may span two snapshots as in a replay buffer.
+
+    Each share is played in whole vec-env steps (``num_envs`` env steps each; share boundaries are rounded to them,
+    exact when the run's snapshot interval is a multiple of ``num_envs``). Each env's timeline splits into episodes at
+    its done flags; the episodes still running when the schedule ends are cut there as truncations (their next
+    observation kept, as a time-out's), so every env step played is in the dataset: whole episodes everywhere but
+    at the end."""
+    from robolearn.checkpoints.policy import load_policy
+
+    n = env.num_envs
+    bounds = np.rint(np.cumsum([0] + [acted for _, acted in schedule]) / n).astype(np.int64)  # vec-step boundaries
+    random_until = int(np.rint(random_steps / n))
+    uniform, generator = random_actor(env, seed), torch.Generator().manual_seed(seed)
+    obs = env.reset()
+    steps: list[dict[str, Any]] = []
+    start = np.zeros(n, dtype=np.int64)  # the index in `steps` each env's current episode began at
+    out: list[dict[str, Any]] = []
+    bar = _progress(int(bounds[-1]) * n, label, "steps") if progress else None
+    for k, (path, _) in enumerate(schedule):
+        policy = load_policy(path, mode="sample").to(env.device)
+        policy.generator = generator  # one noise stream through the whole schedule
+        for j in range(int(bounds[k]), int(bounds[k + 1])):
+            obs, step, dones = _step(env, obs, (uniform if j < random_until else policy)(obs))
+            steps.append(step)
+            t = len(steps) - 1
+            for i in np.flatnonzero(dones):
+                out.append(_episode(steps, i, int(start[i]), t))
+                start[i] = t + 1
+            if bar is not None:
+                bar.update(n)
+            first = int(start.min())  # steps before every live episode's start are no longer needed
+            if first > 0:
+                steps = steps[first:]
+                start -= first
+    for i in range(n):  # the episodes still running: cut at the schedule's end
+        if start[i] < len(steps):
+            episode = _episode(steps, i, int(start[i]), len(steps) - 1)
+            episode["truncations"][-1] = True
+            out.append(episode)
     if bar is not None:
         bar.close()
     return out
@@ -274,7 +347,10 @@ def replay_episodes(path: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def collect(cfg: CollectConfig) -> Dataset:
     """The dataset `cfg` describes (not yet written)."""
-    if cfg.kind in REPLAY_KINDS:
+    behaviour, origin = None, {}
+    if is_behaviour(cfg.policy):
+        cfg, behaviour, origin = _from_behaviour(cfg)
+    if cfg.kind in REPLAY_KINDS and behaviour is None:
         episodes, extra = replay_episodes(cfg.policy)
         meta = {"kind": cfg.kind, "policy": cfg.policy, "collected_with": "robolearn collect", **extra,
                 "ref_min_score": cfg.ref_min_score, "ref_max_score": cfg.ref_max_score}
@@ -302,6 +378,10 @@ def collect(cfg: CollectConfig) -> Dataset:
         elif cfg.kind in GOAL_KINDS:
             actor = goal_actor(policy_actor(cfg.policy, env, cfg.seed, cfg.noise), env, cfg.kind, cfg.seed)
             episodes = rollout(env, actor, cfg.episodes, cfg.progress, cfg.kind)
+        elif cfg.kind in REPLAY_KINDS:  # a behaviour folder's snapshots, played as its run collected
+            schedule = replay_schedule(cfg.policy, behaviour, cfg.kind)
+            episodes = play_snapshots(env, schedule, cfg.seed, int(behaviour.get("random_warmup_steps") or 0),
+                                      cfg.progress, cfg.kind)
         else:  # medium-expert: D4RL concatenates equal parts
             half = cfg.episodes // 2
             episodes = rollout(env, policy_actor(cfg.policy, env, cfg.seed, cfg.noise), cfg.episodes - half,
@@ -326,9 +406,28 @@ def collect(cfg: CollectConfig) -> Dataset:
             "return_mean": float(returns.mean()), "return_std": float(returns.std()),
             "ref_min_score": None if ref_min is None else float(ref_min),
             "ref_max_score": None if ref_max is None else float(ref_max),
-            "collection_seconds": time.perf_counter() - began}
+            "collection_seconds": time.perf_counter() - began, **origin}
     return Dataset.from_episodes(episodes, {k: v for k, v in meta.items() if v is not None},
                                  source=f"collect {cfg.env.name} {cfg.kind}")
+
+
+def _from_behaviour(cfg: CollectConfig) -> tuple[CollectConfig, dict[str, Any], dict[str, Any]]:
+    """`cfg` with `policy=<behaviour folder>` resolved (medium / expert / medium-expert: its snapshots; the replay
+    kinds keep the folder, `play_snapshots` reads it), the folder's behaviour.json, and what the dataset's metadata
+    records of where it came from (the folder, the snapshots played)."""
+    folder = cfg.policy
+    behaviour = load_behaviour(folder, cfg.env.name)
+    if cfg.kind in REPLAY_KINDS:
+        names = [Path(path).name for path, _ in replay_schedule(folder, behaviour, cfg.kind)]
+    elif cfg.kind in ("medium", "expert", "medium-expert"):
+        names = [behaviour["expert" if cfg.kind == "expert" else "medium"]]
+        expert = snapshot(folder, behaviour["expert"]) if cfg.kind == "medium-expert" else cfg.expert_policy
+        names += [behaviour["expert"]] if cfg.kind == "medium-expert" else []
+        cfg = dataclasses.replace(cfg, policy=snapshot(folder, names[0]), expert_policy=expert)
+    else:
+        raise ConfigError(f"collect kind={cfg.kind} takes no behaviour folder (policy={folder}); it is for medium, "
+                          "expert, medium-expert and the replay kinds")
+    return cfg, behaviour, {"behaviour": str(folder), "snapshots": names}
 
 
 def _random_return(env: Any, cfg: CollectConfig) -> float:
@@ -337,14 +436,14 @@ def _random_return(env: Any, cfg: CollectConfig) -> float:
     return float(np.mean([np.sum(e["rewards"], dtype=np.float64) for e in episodes]))
 
 
-def _progress(total: int, label: str) -> Any:
+def _progress(total: int, label: str, unit: str = "episodes") -> Any:
     from rich.progress import Progress
 
     class Bar:
         def __init__(self) -> None:
             self.p = Progress(transient=True)
             self.p.start()
-            self.task = self.p.add_task(f"{label} episodes", total=total)
+            self.task = self.p.add_task(f"{label} {unit}", total=total)
 
         def update(self, k: int) -> None:
             self.p.advance(self.task, k)

@@ -17,9 +17,20 @@ how the behaviour policies come about (D4RL's recipes, on our tasks):
 - ``medium-replay`` / ``full-replay``: the replay buffers saved with the medium and the last checkpoints;
 - ``diverse`` / ``play``: the maze goal datasets (`robolearn.collect.generate`).
 
+With ``behaviour: <folder>`` (a behaviour folder, `robolearn.collect.behaviour`: one committed SAC run's policy
+snapshots, as D4RL and Minari built theirs from one run per task) the suite trains nothing and regenerates the same
+datasets on any machine: expert = the folder's expert snapshot (its final policy), medium = its medium snapshot,
+medium-expert = both, each sampled; medium-replay = every snapshot taken before the medium one, and full-replay =
+every snapshot, each played again (sampled, one seeded noise stream) for the env steps it acted in the run, so the
+replay datasets have the run's transitions per snapshot; episodes run on across snapshot switches, and those still
+running at the end are cut there as truncations (`robolearn.collect.generate.play_snapshots`). A missing folder
+is a `ConfigError` naming the commands that make it. Every kind of such a task (random too) is collected in the
+task as the run trained in it (the folder's ``env_overrides``, e.g. a shorter episode), so its datasets agree.
+
 Everything is seeded (``seed``), and the suite resumes: a dataset folder that exists is kept, a training run
 continues from its last chunk. ``<out>/suite.json`` records every dataset's size, return, normalised score and
-generation time (the behaviour training is timed per task), and `suite_table` renders it as markdown.
+generation time and where it came from (``source``: the behaviour folder and snapshots, or the policy; the behaviour
+training is timed per task), and `suite_table` renders it as markdown.
 """
 
 from __future__ import annotations
@@ -33,12 +44,14 @@ from typing import Any
 
 import yaml
 
+from robolearn.collect.behaviour import load_behaviour
 from robolearn.collect.generate import KINDS, REPLAY_KINDS, CollectConfig, collect
 from robolearn.config import EnvConfig, config_dir
 from robolearn.data.dataset import DatasetError, write_json
 from robolearn.errors import ConfigError
 
 TRAINED_KINDS = ("medium", "medium-expert", *REPLAY_KINDS)  # the kinds that need the suite's training run
+BEHAVIOUR_KINDS = ("expert", *TRAINED_KINDS)  # the kinds a behaviour folder's snapshots play
 
 
 @dataclasses.dataclass
@@ -63,17 +76,28 @@ class TaskSuite:
     kinds: list[str]
     episodes: int = 100
     num_envs: int = 64              # envs collecting together
-    expert: str = "reference"       # expert behaviour: "reference" or a checkpoint
+    expert: str = "reference"       # expert behaviour: "reference" or a checkpoint (with `behaviour:`, its expert)
     noise: float = 0.0              # Gaussian action noise of the expert / goal behaviours
     train: TrainSpec | None = None
+    behaviour: str | None = None    # a behaviour folder (robolearn.collect.behaviour): its snapshots play the expert,
+    #                                 medium and replay kinds, and nothing is trained
 
     def __post_init__(self) -> None:
         bad = [k for k in self.kinds if k not in KINDS]
         if bad:
             raise ConfigError(f"suite task {self.task}: unknown kinds {bad}; use {', '.join(KINDS)}")
-        if any(k in TRAINED_KINDS for k in self.kinds) and self.train is None:
+        if self.behaviour is not None:
+            if self.train is not None:
+                raise ConfigError(f"suite task {self.task}: give `behaviour:` (committed snapshots) or `train:` (train "
+                                  "in the suite), not both")
+            try:
+                load_behaviour(self.behaviour, self.task)  # there, whole and of this task; else how to make it
+            except ConfigError as e:
+                raise ConfigError(f"suite task {self.task}: {e}") from e
+        elif any(k in TRAINED_KINDS for k in self.kinds) and self.train is None:
             raise ConfigError(f"suite task {self.task}: kinds {sorted(set(self.kinds) & set(TRAINED_KINDS))} need "
-                              "a `train:` section (how to train the medium policy)")
+                              "a `train:` section (how to train the medium policy) or a `behaviour:` folder (a "
+                              "run's committed snapshots)")
         prior = self.train.prior_data if self.train else None
         if prior is not None and (prior not in self.kinds or prior in TRAINED_KINDS):
             raise ConfigError(f"suite task {self.task}: train.prior_data={prior!r} must be one of this task's kinds "
@@ -114,6 +138,13 @@ def run_suite(cfg: CollectConfig) -> Path:
     fmt = settings.get("format", cfg.format)
     for t in tasks:
         lo, hi = _reference(t.task)  # every dataset of a task normalises by the registry's returns
+        if t.behaviour is not None:
+            behaviour = record.setdefault("behaviour", {})[t.task] = _behaviour_record(t.behaviour, t.task)
+            for kind in t.kinds:
+                policy = t.behaviour if kind in BEHAVIOUR_KINDS else None
+                _collect_kind(t, kind, policy, out, fmt, seed, (lo, hi), cfg.progress, record, record_path,
+                              env_overrides=behaviour["env_overrides"])
+            continue
         untrained = [k for k in t.kinds if k not in TRAINED_KINDS]  # first: a training run may use them
         for kind in untrained:
             _collect_kind(t, kind, t.expert if kind == "expert" else None, out, fmt, seed, (lo, hi), cfg.progress,
@@ -131,15 +162,18 @@ def run_suite(cfg: CollectConfig) -> Path:
 
 
 def _collect_kind(t: TaskSuite, kind: str, policy: str | None, out: Path, fmt: str, seed: int,
-                  reference: tuple[float, float], progress: bool, record: dict[str, Any], record_path: Path) -> None:
-    """Collect and save `t`'s dataset of `kind` unless its folder exists; record its size, return and time."""
+                  reference: tuple[float, float], progress: bool, record: dict[str, Any], record_path: Path,
+                  env_overrides: dict[str, Any] | None = None) -> None:
+    """Collect and save `t`'s dataset of `kind` (in the task with `env_overrides`) unless its folder exists; record its
+    size, return, time and source."""
     from robolearn.data.formats import save_dataset
 
     path = out / f"{t.task}-{kind}-v0"
     if path.exists():
         return
-    one = CollectConfig(env=EnvConfig(name=t.task, num_envs=t.num_envs), kind=kind, episodes=t.episodes,
-                        policy=policy, expert_policy=t.expert if kind == "medium-expert" else None,
+    env = EnvConfig(name=t.task, num_envs=t.num_envs, overrides=dict(env_overrides or {}))
+    one = CollectConfig(env=env, kind=kind, episodes=t.episodes, policy=policy,
+                        expert_policy=t.expert if kind == "medium-expert" and t.behaviour is None else None,
                         noise=t.noise if kind in ("expert", "diverse", "play") else 0.0,
                         out=str(path), format=fmt, seed=seed, progress=progress,
                         ref_min_score=reference[0], ref_max_score=reference[1])
@@ -150,7 +184,7 @@ def _collect_kind(t: TaskSuite, kind: str, policy: str | None, out: Path, fmt: s
         "task": t.task, "kind": kind, "episodes": dataset.num_episodes, "steps": dataset.num_steps,
         "bytes": _size(written), "seconds": round(time.perf_counter() - began, 2),
         "return_mean": dataset.metadata.get("return_mean", float(dataset.episode_returns().mean())),
-        "normalized_score": _normalized(dataset),
+        "normalized_score": _normalized(dataset), "source": _source(dataset.metadata),
     }
     write_json(record_path, record)
     print(f"{path.name}: {dataset.num_steps} steps, {record['datasets'][path.name]['seconds']} s")
@@ -203,6 +237,22 @@ def train_behaviour(t: TaskSuite, run_dir: Path, seed: int, record: dict[str, An
     return {"medium": str(medium), "full": str(run_dir / "checkpoints" / "final")}
 
 
+def _behaviour_record(folder: str, task: str) -> dict[str, Any]:
+    """What suite.json keeps of a task's behaviour folder: where it is and what its run and picks were."""
+    b = load_behaviour(folder, task)
+    keep = ("env_overrides", "algo", "overrides", "seed", "env_steps", "expert", "expert_score", "medium",
+            "medium_score", "medium_threshold")
+    return {"folder": str(folder), **{k: b.get(k) for k in keep}, "snapshots": len(b["snapshots"])}
+
+
+def _source(meta: dict[str, Any]) -> dict[str, Any]:
+    """Where a dataset came from, from its metadata: the behaviour folder and its snapshots played, or the policy
+    (a checkpoint, "reference", a training run's; none for random actions)."""
+    if "behaviour" in meta:
+        return {"behaviour": meta["behaviour"], "snapshots": meta["snapshots"]}
+    return {k: meta[k] for k in ("policy", "expert_policy", "noise") if meta.get(k) is not None}
+
+
 def _reference(task: str) -> tuple[float, float]:
     from sim.tasks import spec
 
@@ -229,6 +279,10 @@ def suite_table(record: dict[str, Any]) -> str:
         score = "-" if d["normalized_score"] is None else f"{d['normalized_score']:.1f}"
         lines.append(f"| {name} | {d['episodes']} | {d['steps']} | {d['bytes'] / 1e6:.1f} | {d['return_mean']:.1f} | "
                      f"{score} | {d['seconds']:.0f} |")
+    for task, b in sorted(record.get("behaviour", {}).items()):
+        lines.append(f"\nBehaviour of {task}: {b['folder']} ({' '.join(b['overrides'] or [])}; {b['env_steps']} env "
+                     f"steps, {b['snapshots']} snapshots); medium {b['medium']} (normalised {b['medium_score']}), "
+                     f"expert {b['expert']} (normalised {b['expert_score']})")
     for task, tr in sorted(record.get("training", {}).items()):
         lines.append(f"\nBehaviour training of {task} ({' '.join(tr['overrides'])}): {tr['iterations']} iterations in "
                      f"{tr['seconds']:.0f} s; medium at {tr.get('medium')}; evaluations {tr['evaluations']}")

@@ -1,5 +1,6 @@
-"""`robolearn collect`: an offline dataset from the simulator (`robolearn.collect.generate`), or a whole
-D4RL-style suite of them (`suite=`, `robolearn.collect.suite`).
+"""`robolearn collect`: an offline dataset from the simulator (`robolearn.collect.generate`), a whole
+D4RL-style suite of them (`suite=`, `robolearn.collect.suite`), or the behaviour folder such a suite plays from a
+run's policy snapshots (`behaviour=<run dir>`, `robolearn.collect.behaviour`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ def cmd_collect(cfg: CollectConfig) -> int:
         from robolearn.collect.suite import run_suite
 
         run_suite(cfg)
+        return 0
+    if cfg.behaviour:
+        from robolearn.collect.behaviour import build_behaviour
+
+        build_behaviour(cfg.behaviour, cfg.out, cfg.medium_score, seed=cfg.seed)
         return 0
     out = Path(cfg.out or f"data/{cfg.env.name}-{cfg.kind}-v0")  # -v0: a Minari dataset id too
     if out.exists():

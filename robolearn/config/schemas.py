@@ -46,6 +46,8 @@ class RunnerConfig:
     eval_episodes: int = 10         # episodes per evaluation, one per env of a separate evaluation VecEnv (CORL: 10)
     eval_reference: list[float] | None = None  # online: [random, reference] returns that normalise the evaluations'
     #                                            score (a dataset's, for its episode length); null: the task's
+    snapshot_every: int = 0         # online: env steps between policy-only snapshots (<run_dir>/snapshots/, the
+    #                                 behaviour checkpoints of `robolearn collect behaviour=`); 0: none
 
     @staticmethod
     def fields() -> tuple[str, ...]:

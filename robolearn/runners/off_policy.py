@@ -10,6 +10,9 @@ the replay buffer, the update counters and the RNGs, so a resumed learner contin
 every transition goes into the replay buffer with its true next observation (`extras["final_obs"]`, so
 time-outs bootstrap and terminations do not). Outputs match the on-policy runner (`metrics.jsonl`,
 TensorBoard, checkpoints, plots); rows also carry `updates` (critic updates so far) and `updates_per_s`.
+With `snapshot_every` it also writes the actor alone, at the start and whenever an iteration's env steps cross a
+multiple of it (and after the last iteration), into `<run_dir>/snapshots/` (`robolearn.checkpoints.snapshots`): the
+behaviour policies of D4RL-style datasets, taken at iteration ends so that a resumed run takes the same ones.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import torch
 
 from robolearn.algos.online.sac import SAC
 from robolearn.checkpoints import checkpoint
+from robolearn.checkpoints.snapshots import save_snapshot
 from robolearn.core.buffers import ReplayBuffer, check_replay, sample_mixed
 from robolearn.errors import CheckpointError, ConfigError
 from robolearn.runners.base import RunnerBase, evaluate_policy, progress_bar, restore_rng, rng_state
@@ -40,7 +44,7 @@ class OffPolicyRunConfig:
     eval_episodes: int = 10         # episodes per evaluation, one per env of a separate evaluation VecEnv
     eval_reference: list[float] | None = None  # [random, reference] returns that normalise the evaluations' score
     #                                            (a dataset's, for its episode length); null: the task's
-
+    snapshot_every: int = 0         # env steps between policy-only snapshots (`robolearn.checkpoints.snapshots`)
 
 
 class Replay(Protocol):
@@ -157,18 +161,24 @@ class OffPolicyRunner(RunnerBase):
                  offline: ReplayBuffer | None = None, eval_env: Any = None, eval_every: int = 0,
                  reference: tuple[float, float] | None = None,
                  warmup_actions: Callable[[int, torch.Generator], torch.Tensor] | None = None,
-                 eval_deterministic: bool = True):
+                 eval_deterministic: bool = True, snapshot_every: int = 0):
         """`eval_env`: a separate VecEnv on which the deterministic policy (the sampled one with
         `eval_deterministic=False`) plays one episode per env every `eval_every` env steps (and before the first
         step, so a fine-tuning run logs where it starts), logging `eval/return` and, with `reference` = (random,
         reference) returns, `eval/normalized_score`. `warmup_actions(num_envs, generator)`: the actions before
-        `learning_starts` (default: uniform when `random_warmup`, else the actor's; DSRL plays its base policy)."""
+        `learning_starts` (default: uniform when `random_warmup`, else the actor's; DSRL plays its base policy).
+        `snapshot_every`: env steps between policy snapshots (see the module docstring; 0: none)."""
         super().__init__(env, run_dir, config, seed, algo.device, progress)
         self.steps_per_iteration = steps_per_iteration
         self.warmup_actions, self.eval_deterministic = warmup_actions, eval_deterministic
         self.eval_env, self.eval_every, self.reference, self.seed = eval_env, eval_every, reference, seed
         if eval_every < 0 or (eval_every and eval_env is None):
             raise ConfigError("eval_every must be >= 0, and an evaluation needs eval_env")
+        if snapshot_every < 0:
+            raise ConfigError(f"runner.snapshot_every must be >= 0 env steps (0: no snapshots), got {snapshot_every}")
+        self.snapshot_every = snapshot_every
+        self.random_steps = 0  # env steps of uniform random warm-up actions so far (the snapshot index keeps them)
+        self.last_eval: dict[str, Any] | None = None  # the latest evaluation, for the snapshot index
         cfg = algo.cfg
         dims = {k: v[0] for k, v in env.observation_shapes.items() if k in ("policy", "critic")}
         buffer = ReplayBuffer(max(cfg.buffer_size, env.num_envs), env.num_envs, dims, env.num_actions,
@@ -204,6 +214,8 @@ class OffPolicyRunner(RunnerBase):
                 row = {"iteration": 0, "env_steps": 0, "updates": 0, **self._episode_stats(), **self.evaluate()}
                 rows.append(row)
                 self._log(row)
+            if self.snapshot_every and self.env_steps == 0 and iterations > 0:  # the policy that acts first
+                self._snapshot()
             while self.iteration < iterations:
                 start = time.perf_counter()
                 before = self.env_steps
@@ -219,6 +231,9 @@ class OffPolicyRunner(RunnerBase):
                 if self.eval_every and (self.env_steps // self.eval_every > before // self.eval_every
                                         or self.iteration == iterations):
                     row.update(self.evaluate())
+                if self.snapshot_every and (self.env_steps // self.snapshot_every > before // self.snapshot_every
+                                            or self.iteration == iterations):
+                    self._snapshot()  # before `_record` checkpoints: a resume never skips it
                 self._record(row, rows, bar, iterations, checkpoint_interval)
         finally:
             if bar is not None:
@@ -236,6 +251,7 @@ class OffPolicyRunner(RunnerBase):
             elif warming and cfg.random_warmup:
                 actions = torch.rand(self.env.num_envs, self.env.num_actions, generator=self.generator,
                                      device=self.device) * 2 - 1
+                self.random_steps = self.env_steps + self.env.num_envs
             else:
                 actions = self.algo.act(obs, deterministic=False, generator=self.generator)
             next_obs, rewards, dones, extras = self.env.step(actions)
@@ -270,8 +286,20 @@ class OffPolicyRunner(RunnerBase):
 
     def evaluate(self) -> dict[str, float]:
         """The deterministic (or sampled) policy on the evaluation envs (`evaluate_policy`), seeded by env step."""
-        return evaluate_policy(self.eval_env, self.algo, self.seed + 1 + self.env_steps, self.reference,
-                               self.eval_deterministic)
+        out = evaluate_policy(self.eval_env, self.algo, self.seed + 1 + self.env_steps, self.reference,
+                              self.eval_deterministic)
+        self.last_eval = {"env_steps": self.env_steps, "deterministic": self.eval_deterministic,
+                          **{k[5:]: v for k, v in out.items() if k in ("eval/return", "eval/normalized_score")}}
+        return out
+
+    def _snapshot(self) -> None:
+        """Write the actor as `<run_dir>/snapshots/step_<env_steps>/` and index it, with the latest evaluation when it
+        is less than `snapshot_every` env steps old."""
+        recent = self.last_eval is not None and self.env_steps - self.last_eval["env_steps"] < self.snapshot_every
+        info = {"num_envs": self.env.num_envs, "steps_per_iteration": self.steps_per_iteration,
+                "snapshot_every": self.snapshot_every, "random_warmup_steps": self.random_steps}
+        save_snapshot(self.run_dir, self.env_steps, {"policy": self.algo.config, "run": self.config},
+                      self.algo.model_state(), self.last_eval if recent else None, info)
 
     # --- checkpoints ---------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:

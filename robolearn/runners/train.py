@@ -233,7 +233,8 @@ def make_runner(env: Any, cfg: dict[str, Any], run_dir: Path, seed: int):
         eval_env = make_env(cfg["env"], seed + 1, num_envs=run_cfg.eval_episodes)
     return OffPolicyRunner(env, algo, run_dir, cfg, seed=seed, progress=cfg["progress"],
                            steps_per_iteration=run_cfg.steps_per_iteration, offline=offline, eval_env=eval_env,
-                           eval_every=run_cfg.eval_every, reference=_reference(run_cfg, env.task.name))
+                           eval_every=run_cfg.eval_every, reference=_reference(run_cfg, env.task.name),
+                           snapshot_every=run_cfg.snapshot_every)
 
 
 def _reference(run_cfg: Any, task: str) -> tuple[float, float] | None:
