@@ -113,8 +113,8 @@ class MujocoBackend:
     def _post_step_fields(self, models: list[mujoco.MjModel], before: np.ndarray, ctrl: np.ndarray) -> np.ndarray:
         """`fields` as Gymnasium reads them after `mj_step` + `mj_rnePostConstraint`: the last sub-step
         (from `before`, the state at its start) is stepped again in the C engine's threads and read. It is
-        stepped, not just forwarded: `mj_step` can keep fewer contacts than `mj_forward` at the same state
-        (MuJoCo 4.0.0, contacts inside the margin), and Gymnasium reads what `mj_step` left."""
+        stepped, not just forwarded: under RK4 `mj_step` leaves the kinematics and contacts of its last
+        integration stage, not of the sub-step's start, and Gymnasium reads what `mj_step` left."""
         n = before.shape[0]
         if self._field_pool is None:
             self._field_pool = ThreadPoolExecutor(self.nthread)
