@@ -354,9 +354,9 @@ def test_antmaze_on_mjx():
     1.4e-5). At the 4th a foot enters the floor's contact margin (margin 0.01 per geom) and the backends part at
     once (measured error 0.3-0.5, then O(1)): inside the margins MJX's contact forces differ from MuJoCo C's (in
     float64 MJX too; with zero margins they agree to 1e-14, tests/sim/test_mujoco_v5.py). One-step errors from
-    re-synchronised C states stay that large whenever feet are in contact (median 0.03, 90th percentile 0.7 over 200 steps), so
-    nothing longer is claimed; the registry's equivalence_steps is 3. The C backend equals gymnasium-robotics (above),
-    which steps with the same C `mj_step`."""
+    re-synchronised C states stay that large whenever feet are in contact (median 0.03, 90th percentile 0.7 over
+    200 steps), so nothing longer is claimed; the registry's equivalence_steps is 3. The C backend equals
+    gymnasium-robotics (above), which steps with the same C `mj_step`."""
     _, sc, sx, step_c, step_x = _both_backends("antmaze-umaze")
     rng = np.random.default_rng(0)
     for _ in range(3):
