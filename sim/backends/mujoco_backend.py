@@ -71,7 +71,8 @@ class MujocoBackend:
         self._warmstart = np.zeros((0, model.nv))
         self.nstate = mujoco.mj_stateSize(model, _SPEC)
         m = model
-        width = m.nq + m.nv + m.nsensordata + sum(int(np.prod(shape)) for shape in self._field_shapes)
+        self._fields_width = sum(int(np.prod(shape)) for shape in self._field_shapes)  # flattened, concatenated
+        width = m.nq + m.nv + m.nsensordata + self._fields_width
         self._shapes = (
             jax.ShapeDtypeStruct((2 * self.nstate,), jnp.uint32),
             jax.ShapeDtypeStruct((width,), jnp.float32),
@@ -119,7 +120,7 @@ class MujocoBackend:
         if self._field_pool is None:
             self._field_pool = ThreadPoolExecutor(self.nthread)
             self._field_datas = [mujoco.MjData(self.model) for _ in range(self.nthread)]
-        out = np.empty((n, self._shapes[1].shape[0] - (self.model.nq + self.model.nv + self.model.nsensordata)))
+        out = np.empty((n, self._fields_width))
 
         def work(t: int) -> None:
             d = self._field_datas[t]
@@ -142,8 +143,7 @@ class MujocoBackend:
         params = [np.asarray(p).reshape(active.size, -1) for p in params]
         state = np.zeros((active.size, self.nstate))
         sens = np.zeros((active.size, self.model.nsensordata))
-        fields = np.zeros((active.size, self._shapes[1].shape[0] - self.model.nq - self.model.nv
-                           - self.model.nsensordata))
+        fields = np.zeros((active.size, self._fields_width))
         for i in np.flatnonzero(active):
             m = self.model
             if params:  # this env's randomized physics, kept in its own model until its next reset
