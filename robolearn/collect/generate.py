@@ -8,6 +8,7 @@
     robolearn collect suite=d4rl-like                      # every dataset of configs/dataset/d4rl-like.yaml
     robolearn collect env=halfcheetah-v5 kind=medium-replay policy=benchmarks/behaviour/halfcheetah-v5-sac
     robolearn collect behaviour=runs/<run> out=benchmarks/behaviour/halfcheetah-v5-sac  # a behaviour folder
+    robolearn collect env=pointmaze-umaze kind=waypoint steps=1000000   # D4RL's maze2d recipe (collect/waypoint.py)
 
 Kinds (D4RL's recipes): ``random`` (uniform actions), ``medium`` / ``expert`` (a checkpoint's stochastic policy,
 as D4RL sampled its SAC policies; medium is a checkpoint at about 1/3 of the expert's normalised score: pick it
@@ -17,7 +18,9 @@ trained checkpoint the registry names), with Gaussian action noise ``noise=`` fo
 Goal kinds for the point and ant mazes, as D4RL's antmaze: ``diverse`` (episodes start in any open cell and the
 reference controller is commanded to random open cells, a new one each time it arrives) and ``play`` (starts
 and commanded goals among the maze's decision points: dead ends, junctions, turns). The observations and
-rewards stay those of the task's own goal, so the data is relabelled for it as D4RL's was.
+rewards stay those of the task's own goal, so the data is relabelled for it as D4RL's was. ``waypoint`` is D4RL's
+maze2d recipe for the pointmaze-* tasks, as Minari rebuilt it (`robolearn.collect.waypoint`): ``steps`` env steps of
+a noisy waypoint controller sent to goal after goal, cut into an episode at each goal reached.
 ``pixels.enabled=true``
 (``pixels.camera``, ``pixels.width``, ``pixels.height``) adds the camera's frames as a ``pixels`` observation
 group (uint8 [H, W, 3]; LeRobot exports them as mp4).
@@ -55,6 +58,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from robolearn.collect import waypoint
 from robolearn.collect.behaviour import MEDIUM_SCORE, is_behaviour, load_behaviour, replay_schedule, snapshot
 from robolearn.config import EnvConfig, make_env
 from robolearn.data.dataset import Dataset
@@ -63,7 +67,7 @@ from robolearn.errors import ConfigError
 log = logging.getLogger(__name__)
 
 
-KINDS = ("random", "medium", "expert", "medium-expert", "medium-replay", "full-replay", "diverse", "play")
+KINDS = ("random", "medium", "expert", "medium-expert", "medium-replay", "full-replay", "diverse", "play", "waypoint")
 
 
 REPLAY_KINDS = ("medium-replay", "full-replay")
@@ -92,13 +96,15 @@ class CollectConfig:
 
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)  # env=<task>; env.num_envs envs step together
     kind: str = "random"            # random | medium | expert | medium-expert | medium-replay | full-replay
-    #                                 | diverse | play (mazes)
+    #                                 | diverse | play (mazes) | waypoint (pointmaze-*)
     episodes: int = 100             # whole episodes to keep (per policy for medium-expert: half each)
+    steps: int = 1_000_000          # waypoint: env steps to record (Minari's 1M), split into episodes at the goals
     policy: str | None = None       # checkpoint of medium / expert (medium-expert: the medium one; replay kinds:
     #                                 the off-policy checkpoint whose saved replay buffer becomes the dataset);
     #                                 "reference": the task's reference controller (default of the goal kinds);
     #                                 a behaviour folder: its snapshots (medium, expert, medium-expert, replay kinds)
-    noise: float = 0.0              # std of Gaussian noise added to the behaviour policy's actions (then clipped)
+    noise: float | None = None      # std of Gaussian noise added to the behaviour policy's actions (then clipped);
+    #                                 null: 0.5 for waypoint (Minari's), else 0
     expert_policy: str | None = None  # medium-expert: the expert checkpoint
     out: str | None = None          # the dataset to create (default: data/<task>-<kind>-v0); format=minari under
     #                                 $MINARI_DATASETS_PATH: its Minari id is the path there (point-mass/random-v0)
@@ -117,8 +123,12 @@ class CollectConfig:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ConfigError(f"collect kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.noise is None:
+            self.noise = 0.5 if self.kind == "waypoint" else 0.0
         if self.noise < 0:
             raise ConfigError(f"collect noise must be >= 0, got {self.noise}")
+        if self.kind == "waypoint" and not self.policy:
+            self.policy = "waypoint"  # D4RL's controller (robolearn.collect.waypoint); no other policy is taken
         if self.kind in GOAL_KINDS and not self.policy:
             self.policy = "reference"
         if self.kind != "random" and not self.policy and not self.suite and not self.behaviour:
@@ -364,6 +374,17 @@ def collect(cfg: CollectConfig) -> Dataset:
             raise ConfigError(f"collect kind={cfg.kind} is for the mazes (point-maze-*, ant-maze-*), "
                               f"not {cfg.env.name}")
         env_cfg["overrides"] = {**env_cfg["overrides"], "start": "random" if cfg.kind == "diverse" else "play"}
+    recorded_env = None  # the env the dataset names, when it is not the one collected in
+    if cfg.kind == "waypoint":
+        from sim.tasks import make_task
+
+        if cfg.policy != "waypoint":
+            raise ConfigError(f"collect kind=waypoint plays D4RL's waypoint controller; policy={cfg.policy} is not "
+                              "taken")
+        recorded_env = {**env_cfg, "overrides": dict(env_cfg["overrides"])}
+        task = make_task(cfg.env.name, **env_cfg["overrides"])
+        env_cfg["overrides"] = {**env_cfg["overrides"], **waypoint.collection_overrides(task, cfg.steps,
+                                                                                         cfg.env.num_envs)}
     pixels = cfg.pixels
     env = make_env(env_cfg, cfg.seed, pixels={"camera": pixels.camera, "width": pixels.width, "height": pixels.height,
                                               "effects": pixels.effects} if pixels.enabled else None)
@@ -378,6 +399,12 @@ def collect(cfg: CollectConfig) -> Dataset:
         elif cfg.kind in GOAL_KINDS:
             actor = goal_actor(policy_actor(cfg.policy, env, cfg.seed, cfg.noise), env, cfg.kind, cfg.seed)
             episodes = rollout(env, actor, cfg.episodes, cfg.progress, cfg.kind)
+        elif cfg.kind == "waypoint":  # one long run per env, cut at the goals
+            from sim.tasks.d4rl_maze import GOAL_RADIUS
+
+            runs = rollout(env, waypoint.waypoint_actor(env, cfg.noise, cfg.seed), env.num_envs, cfg.progress,
+                           "waypoint runs")
+            episodes = waypoint.split_at_goals(runs, env.task.goal_obs, GOAL_RADIUS)
         elif cfg.kind in REPLAY_KINDS:  # a behaviour folder's snapshots, played as its run collected
             schedule = replay_schedule(cfg.policy, behaviour, cfg.kind)
             episodes = play_snapshots(env, schedule, cfg.seed, int(behaviour.get("random_warmup_steps") or 0),
@@ -390,7 +417,7 @@ def collect(cfg: CollectConfig) -> Dataset:
                                 cfg.progress, "expert")
         returns = np.array([float(np.sum(e["rewards"], dtype=np.float64)) for e in episodes])
         ref_min = cfg.ref_min_score
-        if ref_min is None:
+        if ref_min is None and recorded_env is None:  # (waypoint: measured in the evaluation task, below)
             ref_min = returns.mean() if cfg.kind == "random" else _random_return(env, cfg)
         ref_max = cfg.ref_max_score
         if ref_max is None and "reference" in (cfg.policy, cfg.expert_policy):  # the reference controller's,
@@ -400,6 +427,10 @@ def collect(cfg: CollectConfig) -> Dataset:
             ref_max = float(returns.mean())
     finally:
         env.close()
+    if recorded_env is not None:
+        origin = {**origin, "collected_in": env_cfg, "steps": cfg.steps}
+        env_cfg = {**recorded_env, "policy_dt": env_cfg["policy_dt"]}
+        ref_min, ref_max = _waypoint_references(cfg, recorded_env, cfg.ref_min_score, cfg.ref_max_score)
     meta = {"task": cfg.env.name, "kind": cfg.kind, "seed": cfg.seed, "policy": cfg.policy, "noise": cfg.noise,
             "fps": 1.0 / env_cfg["policy_dt"],
             "expert_policy": cfg.expert_policy, "env": env_cfg, "collected_with": "robolearn collect",
@@ -428,6 +459,24 @@ def _from_behaviour(cfg: CollectConfig) -> tuple[CollectConfig, dict[str, Any], 
         raise ConfigError(f"collect kind={cfg.kind} takes no behaviour folder (policy={folder}); it is for medium, "
                           "expert, medium-expert and the replay kinds")
     return cfg, behaviour, {"behaviour": str(folder), "snapshots": names}
+
+
+def _waypoint_references(cfg: CollectConfig, env_cfg: dict[str, Any], ref_min: float | None,
+                         ref_max: float | None) -> tuple[float, float]:
+    """A waypoint dataset's reference returns where not given, as Minari measures its pointmaze datasets': in the
+    evaluation task, 100 episodes of uniform random actions and 100 of the noise-free waypoint controller. (D4RL's
+    maze2d anchors, the registry's, came from D4RL's older point mass, on which the same controller is slower.)"""
+    env = make_env({**env_cfg, "num_envs": 100}, cfg.seed + 30_000)
+    try:
+        if ref_min is None:
+            episodes = rollout(env, random_actor(env, cfg.seed + 10_000), 100)
+            ref_min = float(np.mean([np.sum(e["rewards"], dtype=np.float64) for e in episodes]))
+        if ref_max is None:
+            episodes = rollout(env, waypoint.waypoint_actor(env, 0.0, cfg.seed + 20_000), 100)
+            ref_max = float(np.mean([np.sum(e["rewards"], dtype=np.float64) for e in episodes]))
+    finally:
+        env.close()
+    return ref_min, ref_max
 
 
 def _random_return(env: Any, cfg: CollectConfig) -> float:

@@ -15,7 +15,8 @@ how the behaviour policies come about (D4RL's recipes, on our tasks):
   normalised score (task's random and reference returns) reaches ``medium_score`` (33 by default); training goes on to
   ``iterations`` only when ``full-replay`` is wanted. Runs resume exactly, so chunks change nothing;
 - ``medium-replay`` / ``full-replay``: the replay buffers saved with the medium and the last checkpoints;
-- ``diverse`` / ``play``: the maze goal datasets (`robolearn.collect.generate`).
+- ``diverse`` / ``play``: the maze goal datasets (`robolearn.collect.generate`);
+- ``waypoint``: D4RL's maze2d datasets for pointmaze-* (``steps`` env steps; `robolearn.collect.waypoint`).
 
 With ``behaviour: <folder>`` (a behaviour folder, `robolearn.collect.behaviour`: one committed SAC run's policy
 snapshots, as D4RL and Minari built theirs from one run per task) the suite trains nothing and regenerates the same
@@ -81,6 +82,7 @@ class TaskSuite:
     train: TrainSpec | None = None
     behaviour: str | None = None    # a behaviour folder (robolearn.collect.behaviour): its snapshots play the expert,
     #                                 medium and replay kinds, and nothing is trained
+    steps: int = 1_000_000          # waypoint: env steps (robolearn.collect.waypoint)
 
     def __post_init__(self) -> None:
         bad = [k for k in self.kinds if k not in KINDS]
@@ -172,11 +174,13 @@ def _collect_kind(t: TaskSuite, kind: str, policy: str | None, out: Path, fmt: s
     if path.exists():
         return
     env = EnvConfig(name=t.task, num_envs=t.num_envs, overrides=dict(env_overrides or {}))
-    one = CollectConfig(env=env, kind=kind, episodes=t.episodes, policy=policy,
+    one = CollectConfig(env=env, kind=kind, episodes=t.episodes, steps=t.steps, policy=policy,
                         expert_policy=t.expert if kind == "medium-expert" and t.behaviour is None else None,
-                        noise=t.noise if kind in ("expert", "diverse", "play") else 0.0,
+                        noise=t.noise if kind in ("expert", "diverse", "play", "waypoint") else 0.0,
                         out=str(path), format=fmt, seed=seed, progress=progress,
-                        ref_min_score=reference[0], ref_max_score=reference[1])
+                        # waypoint: Minari's references, measured in the evaluation task (collect/generate.py)
+                        ref_min_score=None if kind == "waypoint" else reference[0],
+                        ref_max_score=None if kind == "waypoint" else reference[1])
     began = time.perf_counter()
     dataset = collect(one)
     written = save_dataset(dataset, path, fmt)

@@ -169,7 +169,10 @@ class Maze:
     resets: np.ndarray  # [R, 2]
 
     @classmethod
-    def parse(cls, rows: tuple[str, ...], scaling: float) -> Maze:
+    def parse(cls, rows: tuple[str, ...], scaling: float, any_goal: bool = False) -> Maze:
+        """`any_goal`: ignore the map's markers, so that every open cell is a goal and a start."""
+        if any_goal:
+            rows = tuple("".join("." if ch in "grc" else ch for ch in row) for row in rows)
         height, width = len(rows), len(rows[0])
         cells: dict[str, list[tuple[float, float]]] = {k: [] for k in ".grc"}
         walls = []
@@ -217,6 +220,14 @@ class D4RLMazeConfig(TaskConfig):
     #: True (Minari's datasets): reaching the goal ends nothing and the goal stays (reset_target=False) until the
     #: time limit. False: the episode terminates on reaching it.
     continuing_task: bool = True
+    #: gymnasium-robotics' reset_target (continuing tasks): on reaching the goal a new one is drawn (a uniform goal
+    #: cell plus the position noise, drawn again while within `GOAL_RADIUS` of the agent), unless the map has one
+    #: goal cell. The arriving step is observed and rewarded with the old goal, the next one with the new goal.
+    #: Minari collected its pointmaze datasets so (with `any_goal`); they evaluate without.
+    reset_target: bool = False
+    #: Every open cell a goal and a start, whatever the layout marks: gymnasium-robotics' default maps, in which
+    #: Minari collected the pointmaze datasets. False: the layout's goal ('g') and reset ('r') cells.
+    any_goal: bool = False
     layouts: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def validate(self) -> None:
@@ -225,6 +236,9 @@ class D4RLMazeConfig(TaskConfig):
             raise ConfigError(f"layout must be one of {sorted(self.layouts)}, got {self.layout!r}")
         if self.reward_type not in REWARD_TYPES:
             raise ConfigError(f"reward_type must be one of {REWARD_TYPES}, got {self.reward_type!r}")
+        if self.reset_target and not self.continuing_task:
+            raise ConfigError("reset_target=True draws a new goal on arrival, in a continuing task only: it needs "
+                              "continuing_task=True (an episodic task ends on arrival)")
 
 
 class D4RLMaze(Task):
@@ -239,7 +253,7 @@ class D4RLMaze(Task):
 
     def __init__(self, config: D4RLMazeConfig | None = None, name: str | None = None):
         super().__init__(config, name)
-        self.maze = Maze.parse(self.cfg.layouts[self.cfg.layout], self.scaling)
+        self.maze = Maze.parse(self.cfg.layouts[self.cfg.layout], self.scaling, self.cfg.any_goal)
         self.cell_size = self.scaling
 
     def agent_xml(self) -> str:
@@ -252,14 +266,26 @@ class D4RLMaze(Task):
         return jax.random.uniform(key, (2,), minval=-0.25, maxval=0.25) * self.scaling
 
     def init(self, key: Array) -> tuple[Array, Array, dict[str, Array]]:
-        k_goal, k_goal_noise, k_reset, k_reset_noise = jax.random.split(key, 4)
+        k_goal, k_goal_noise, k_reset, k_reset_noise, k_next = jax.random.split(key, 5)
         goals, resets = jnp.asarray(self.maze.goals), jnp.asarray(self.maze.resets)
         goal = goals[jax.random.randint(k_goal, (), 0, goals.shape[0])] + self._noise(k_goal_noise)
         # MazeEnv re-draws the start cell while it is within half a cell of the goal: uniform over the others.
         far = jnp.linalg.norm(resets - goal, axis=-1) > 0.5 * self.scaling
         start = resets[jax.random.categorical(k_reset, jnp.where(far, 0.0, -jnp.inf))] + self._noise(k_reset_noise)
         qpos = jnp.asarray(self.mj_model.qpos0, jnp.float32).at[:2].set(start)
-        return qpos, jnp.zeros(self.mj_model.nv, jnp.float32), {"goal": goal, "reached": jnp.zeros((), bool)}
+        # "goal": the one observed (this step's); "target": the one the next step is rewarded against. They differ
+        # only after an arrival under reset_target; "key" draws the new goals.
+        info = {"goal": goal, "target": goal, "reached": jnp.zeros((), bool), "key": k_next}
+        return qpos, jnp.zeros(self.mj_model.nv, jnp.float32), info
+
+    def _next_goal(self, key: Array, xy: Array) -> Array:
+        """gymnasium-robotics' `update_goal` draw: a goal cell plus noise, again while within `GOAL_RADIUS` of `xy`
+        (the first of 16 draws that is not; all 16 near has a probability below 1e-12 on these maps)."""
+        goals = jnp.asarray(self.maze.goals)
+        k_cell, k_noise = jax.random.split(key)
+        noise = jax.random.uniform(k_noise, (16, 2), minval=-0.25, maxval=0.25) * self.scaling
+        draws = goals[jax.random.randint(k_cell, (16,), 0, goals.shape[0])] + noise
+        return draws[jnp.argmax(jnp.linalg.norm(draws - xy, axis=-1) > GOAL_RADIUS)]
 
     def agent_obs(self, phys: Physics) -> Array:
         """The "observation" entry of the dict observation."""
@@ -274,12 +300,18 @@ class D4RLMaze(Task):
         return {"policy": policy.astype(jnp.float32)}
 
     def reward_terms(self, phys: Physics, action: Array, info: dict[str, Array]) -> dict[str, Array]:
-        d = self.distance(phys, info)
+        d = jnp.linalg.norm(phys.qpos[:2] - info["target"])  # this step's goal
         goal = jnp.exp(-d) if self.cfg.reward_type == "dense" else (d <= GOAL_RADIUS).astype(jnp.float32)
         return {"goal": goal}
 
     def update_info(self, phys: Physics, action: Array, info: dict[str, Array]) -> dict[str, Array]:
-        return {**info, "reached": info["reached"] | (self.distance(phys, info) <= GOAL_RADIUS)}
+        arrived = jnp.linalg.norm(phys.qpos[:2] - info["target"]) <= GOAL_RADIUS
+        info = {**info, "goal": info["target"], "reached": info["reached"] | arrived}
+        if self.cfg.reset_target and len(self.maze.goals) > 1:
+            key, draw = jax.random.split(info["key"])
+            target = jnp.where(arrived, self._next_goal(draw, phys.qpos[:2]), info["target"])
+            info = {**info, "target": target, "key": key}
+        return info
 
     def metrics(self, phys: Physics, info: dict[str, Array]) -> dict[str, Array]:
         return {"episode/success": info["reached"].astype(jnp.float32)}
@@ -294,7 +326,9 @@ class D4RLMaze(Task):
 _REWARD_DOC = """
 Reward term `goal`: `reward_type="sparse"` 1 while within 0.45 m of the goal, else 0; `"dense"` exp(-distance).
 No termination: `continuing_task=True`, and the goal stays where it is when reached (reset_target=False), so the
-return counts the steps spent at the goal; `continuing_task=False` terminates on arrival.
+return counts the steps spent at the goal; `continuing_task=False` terminates on arrival. `reset_target=True`
+draws a new goal on each arrival, and `any_goal=True` makes every open cell a goal and a start (how Minari collected
+the pointmaze datasets: `robolearn collect kind=waypoint`).
 Success metric: `episode/success`, 1 if the agent came within 0.45 m of the goal at any point of the episode.
 """
 

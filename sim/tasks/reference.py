@@ -238,17 +238,24 @@ REFERENCE_POLICIES["quadrotor-track"] = quadrotor_policy
 # cell, and to the goal itself once in that cell. The goal is read from the observation, so the same
 # controller reaches any goal it is given (the goal datasets of `robolearn collect` command their own).
 MAZE_PD = (4.0, 1.0)
+#: D4RL's maze2d waypoint controller gains (p_gain 10, d_gain -1), which Minari's pointmaze datasets kept.
+D4RL_MAZE_PD = (10.0, 1.0)
 
 
-def maze_policy(layout_name: str) -> Policy:
-    from sim.tasks.maze import LAYOUTS, cell_center, next_hops
+def waypoint_policy(layout: list[str] | tuple[str, ...], pos: slice, vel: slice, goal: slice,
+                    gains: tuple[float, float] = MAZE_PD) -> Policy:
+    """A PD controller to waypoints on shortest cell paths through `layout` (rows of '#' walls, other characters
+    open; cells of 1 m centred at 0), reading the ball's position, velocity and goal from the observation's
+    `pos`, `vel` and `goal` slices: the next cell's centre, then the goal itself in the goal's cell."""
+    from sim.tasks.maze import cell_center, next_hops
 
-    layout = LAYOUTS[layout_name]
+    layout = ["".join("#" if ch == "#" else "." for ch in row) for row in layout]
     rows, cols = len(layout), len(layout[0])
     index, hop = next_hops(layout)
     index_t = torch.from_numpy(index)
     centers = torch.tensor([[cell_center(r, c, layout) for c in range(cols)] for r in range(rows)])  # [R, C, 2]
     waypoint = centers[torch.from_numpy(hop[..., 0]), torch.from_numpy(hop[..., 1])]  # [G, R, C, 2]
+    kp, kd = gains
 
     def cell_of(xy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         col = (xy[:, 0] + (cols - 1) / 2).round().long().clamp(0, cols - 1)
@@ -256,17 +263,31 @@ def maze_policy(layout_name: str) -> Policy:
         return row, col
 
     def policy(obs: torch.Tensor) -> torch.Tensor:
-        pos, vel, goal_xy = obs[:, 0:2], obs[:, 2:4], obs[:, 4:6]
-        row, col = cell_of(pos)
+        xy, v, goal_xy = obs[:, pos], obs[:, vel], obs[:, goal]
+        row, col = cell_of(xy)
         goal_row, goal_col = cell_of(goal_xy)
         g = index_t[goal_row, goal_col].clamp_min(0)
         target = waypoint[g, row, col]
         at_goal = (row == goal_row) & (col == goal_col)
         target = torch.where(at_goal[:, None], goal_xy, target)
-        kp, kd = MAZE_PD
-        return (kp * (target - pos) - kd * vel).clamp(-1.0, 1.0)
+        return (kp * (target - xy) - kd * v).clamp(-1.0, 1.0)
 
     return policy
+
+
+def maze_policy(layout_name: str) -> Policy:
+    """The point-maze-* reference controller: `waypoint_policy` on its layout."""
+    from sim.tasks.maze import LAYOUTS
+
+    return waypoint_policy(LAYOUTS[layout_name], slice(0, 2), slice(2, 4), slice(4, 6))
+
+
+def d4rl_pointmaze_policy(layout_name: str) -> Policy:
+    """D4RL's maze2d waypoint controller for pointmaze-* (observation: achieved goal, desired goal, x, y, vx, vy),
+    with D4RL's gains; Minari collected its pointmaze datasets with it plus N(0, 0.5^2) action noise."""
+    from sim.tasks.d4rl_maze import POINTMAZE_MAPS
+
+    return waypoint_policy(POINTMAZE_MAPS[layout_name], slice(0, 2), slice(6, 8), slice(2, 4), D4RL_MAZE_PD)
 
 
 for _layout in ("umaze", "medium", "large"):

@@ -265,7 +265,7 @@ def test_every_message_type_both_ways_with_each_qos_profile(kind: str, ros_env: 
                 pub.publish(msgs.zero_msg(msg_type))
                 pub.publish(sample[msg_type])
             else:
-                repeated.append((pub, sample[msg_type]))
+                repeated.append((name, pub, sample[msg_type]))
                 peer.subscribe(name, msg_type, qos)
         # ROS 2 -> robolearn: the peer publishes volatile topics at 20 Hz, latched ones twice, before we subscribe
         for name, (qos, msg_type) in from_ros.items():
@@ -283,13 +283,23 @@ def test_every_message_type_both_ways_with_each_qos_profile(kind: str, ros_env: 
         missing: list[str] = []
 
         def everything_arrived() -> bool:
-            for pub, msg in repeated:
+            for _name, pub, msg in repeated:
                 pub.publish(msg)
             counts = peer.received(*to_ros)
             missing[:] = [n for n in to_ros if not counts[n]["count"]] + [n for n in from_ros if not got[n]]
             return not missing
 
-        assert wait_until(everything_arrived, timeout=30, interval=0.05), f"never arrived: {missing}"
+        if not wait_until(everything_arrived, timeout=20, interval=0.05):
+            # A loaded machine can lose a volatile endpoint's discovery (seen once on CI, on a best-effort topic):
+            # fresh writers and readers for what is missing must then deliver; the latched ones are not retried.
+            print(f"re-created the endpoints of: {missing}")
+            for i, (name, _pub, msg) in enumerate(repeated):
+                if name in missing:
+                    repeated[i] = (name, transport.publisher(name, to_ros[name][1], to_ros[name][0]), msg)
+            for name in [n for n in missing if n in from_ros and from_ros[n][0] != "latched"]:
+                qos, msg_type = from_ros[name]
+                subscriptions.append(transport.subscribe(name, msg_type, lambda m, _t, n=name: got[n].append(m), qos))
+            assert wait_until(everything_arrived, timeout=30, interval=0.05), f"never arrived: {missing}"
 
         received = peer.received(*to_ros)
         for name, (qos, msg_type) in to_ros.items():

@@ -29,11 +29,11 @@ def gym_maze(task: sim.Task, **kwargs):
     point = isinstance(task, D4RLPointMaze)
     maps = POINTMAZE_MAPS if point else ANTMAZE_MAPS
     rows = maps[task.cfg.layout]
-    maze_map = [[1 if c == "#" else 0 if c == "." else c for c in row] for row in rows]
+    maze_map = [[1 if c == "#" else 0 if c == "." or task.cfg.any_goal else c for c in row] for row in rows]
     name = _ID[task.cfg.layout.split("-")[0]]
     env_id = f"PointMaze_{name}{'Dense' if task.cfg.reward_type == 'dense' else ''}-v3" if point \
         else f"AntMaze_{name}-v4"
-    kwargs = {"continuing_task": task.cfg.continuing_task, "reset_target": False,
+    kwargs = {"continuing_task": task.cfg.continuing_task, "reset_target": task.cfg.reset_target,
               "reward_type": task.cfg.reward_type, **kwargs}
     return gym.make(env_id, maze_map=maze_map, **kwargs)
 
@@ -70,7 +70,7 @@ def lockstep(name: str, steps: int, policy=None, start=None, zero_warmstart: boo
     original.unwrapped.goal = np.asarray(state.info["goal"], np.float64)
     agent.set_state(np.asarray(state.data.qpos, np.float64), np.asarray(state.data.qvel, np.float64))
     rng = np.random.default_rng(seed)
-    out = {k: [] for k in ("ours", "theirs", "r_ours", "r_theirs", "term", "trunc", "goal")}
+    out = {k: [] for k in ("ours", "theirs", "r_ours", "r_theirs", "term", "trunc", "goal", "redrawn")}
     for _ in range(steps):
         obs = np.asarray(state.obs["policy"])
         action = policy(obs) if policy else rng.uniform(-1, 1, env.task.num_actions)
@@ -78,7 +78,9 @@ def lockstep(name: str, steps: int, policy=None, start=None, zero_warmstart: boo
         state = step(state, jnp.asarray(action))
         if zero_warmstart:
             agent.data.qacc_warmstart[:] = 0
+        before = original.unwrapped.goal.copy()
         theirs, reward, terminated, truncated, _ = original.step(action)
+        out["redrawn"].append(not np.array_equal(before, original.unwrapped.goal))
         out["ours"].append(np.asarray(state.obs["policy"]))
         out["theirs"].append(gym.spaces.flatten(original.observation_space, theirs))
         out["r_ours"].append(float(state.reward))
@@ -86,6 +88,9 @@ def lockstep(name: str, steps: int, policy=None, start=None, zero_warmstart: boo
         out["term"].append((bool(state.terminated), terminated))
         out["trunc"].append((bool(state.truncated), truncated))
         out["goal"].append(original.unwrapped.goal.copy())
+        if env.task.cfg.reset_target:  # a new goal is a random draw on each side: gymnasium takes ours
+            original.unwrapped.goal = np.asarray(state.info["target"], np.float64)
+            original.unwrapped.update_target_site_pos()
         if terminated or truncated:
             break
     original.close()
@@ -161,6 +166,36 @@ def test_continuing_task_at_the_goal():
     out = lockstep("antmaze-umaze", 60, policy=lambda obs: np.zeros(8), start=goal + [0.1, 0.0], zero_warmstart=True)
     assert_equal_steps(out)
     assert out["r_ours"].min() == 1.0 and not out["term"].any() and (out["goal"] == out["goal"][0]).all()
+
+
+def test_reset_target_equals_gymnasium_robotics():
+    """reset_target=True in the default (any-goal) map, as Minari collected the pointmaze datasets, driven by D4RL's
+    waypoint controller: the arriving step is observed and rewarded with the old goal on both sides, both draw a new
+    goal on the same steps (gymnasium is then given ours), away from the ball, in an open cell plus the noise."""
+    import torch
+
+    from sim.tasks.reference import d4rl_pointmaze_policy
+
+    controller = d4rl_pointmaze_policy("medium")
+    policy = lambda obs: controller(torch.tensor(obs)[None])[0].numpy()  # noqa: E731
+    overrides = {"reset_target": True, "any_goal": True}
+    out = lockstep("pointmaze-medium", 400, policy=policy, **overrides)
+    assert_equal_steps(out)
+    goals = out["ours"][:, 2:4]  # the goal each step was observed (and rewarded) with
+    changed = np.flatnonzero((np.diff(goals, axis=0) != 0).any(axis=1))
+    arrived = np.flatnonzero(out["r_ours"] == 1.0)
+    assert len(changed) >= 3 and set(changed) <= set(arrived)  # a new goal after each arrival (400 steps: several)
+    assert np.array_equal(changed, [t for t in arrived if t + 1 < len(goals) and (goals[t + 1] != goals[t]).any()])
+    assert np.array_equal(np.flatnonzero(out["redrawn"]), changed)  # gymnasium drew its new goals on those steps
+    task = c_env("pointmaze-medium", **overrides)[0].task
+    assert len(task.maze.goals) == len(task.maze.resets) == sum(row.count(".") + row.count("g")
+                                                                for row in POINTMAZE_MAPS["medium"])
+    for t in changed:
+        new = goals[t + 1]
+        assert np.linalg.norm(out["ours"][t, 0:2] - new) > GOAL_RADIUS
+        assert np.abs(task.maze.goals - new).max(axis=1).min() <= 0.25
+    with pytest.raises(sim.ConfigError, match="continuing_task=True"):
+        sim.make_task("pointmaze-umaze", reset_target=True, continuing_task=False)
 
 
 def test_episodic_task_terminates_at_the_goal():
