@@ -20,8 +20,10 @@ A suite (`configs/bench/<name>.yaml`, or any YAML file) lists `algos` and `datas
 A suite with `command: finetune` runs `robolearn finetune` per cell instead (offline-to-online: the entries are its
 overrides, the score comes from the online phase and the report adds the O2O metrics of `o2o.json`).
 
-A cell is one `robolearn train` run with `video=false`, then the suite's shared overrides, the algorithm's, the
-dataset's and the command line's `overrides=` (a later one wins), then `seed=`, `run_dir=<out>/runs/<cell>` and
+An algorithm's `per_dataset: {<dataset name>: [overrides]}` adds overrides in that dataset's cells only (per-dataset
+hyperparameters, as CORL's configs). A cell is one `robolearn train` run with `video=false`, then the suite's shared
+overrides, the algorithm's, its per-dataset ones, the dataset's and the command line's `overrides=` (a later one
+wins), then `seed=`, `run_dir=<out>/runs/<cell>` and
 `progress=false`. Cells run in worker processes (`backend=local`: a spawn process pool, `workers` of them, one
 per core by default, one torch thread each) or as Ray tasks (`backend=ray`: a local Ray instance, or the cluster
 at `ray_address`; `pip install 'robolearn[bench]'`). A cell that fails is recorded with its error; the others go
@@ -93,6 +95,9 @@ class SuiteEntry:
 
     name: str = "?"
     overrides: list[str] = dataclasses.field(default_factory=list)
+    #: An algorithm's overrides for one dataset only, by dataset name, after its own (per-dataset hyperparameters,
+    #: as CORL's configs/offline/<algo>/<env>/<dataset>.yaml; e.g. ReBRAC's BC coefficients).
+    per_dataset: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -152,6 +157,14 @@ def load_suite(path: str | Path) -> Suite:
                               "(no '__'): they name files")
         if len(set(names)) != len(names):
             raise ConfigError(f"suite {path}: duplicate {kind} names {sorted(n for n in names if names.count(n) > 1)}")
+    if any(d.per_dataset for d in suite.datasets):
+        raise ConfigError(f"suite {path}: per_dataset belongs to algos (an algorithm's overrides on one dataset)")
+    datasets = sorted(d.name for d in suite.datasets)
+    for algo in suite.algos:
+        unknown = sorted(set(algo.per_dataset) - set(datasets))
+        if unknown:
+            raise ConfigError(f"suite {path}: per_dataset of {algo.name} names datasets {unknown} the suite does not "
+                              f"have ({datasets})")
     if suite.command not in COMMANDS:
         raise ConfigError(f"suite {path}: command must be one of {list(COMMANDS)}, got {suite.command!r}")
     if not suite.seeds or len(set(suite.seeds)) != len(suite.seeds):
@@ -168,7 +181,8 @@ def plan(suite: Suite, out: Path, overrides: Sequence[str] = ()) -> list[Cell]:
         for data in suite.datasets:
             for algo in suite.algos:
                 cell_id = f"{algo.name}__{data.name}__seed{seed}"
-                args = ["video=false", *suite.overrides, *algo.overrides, *data.overrides, *overrides,
+                args = ["video=false", *suite.overrides, *algo.overrides, *algo.per_dataset.get(data.name, []),
+                        *data.overrides, *overrides,
                         f"seed={seed}", "progress=false"]
                 cells.append(Cell(cell_id, algo.name, data.name, int(seed), args, str(out / "runs" / cell_id),
                                   str(Path.cwd()), str(out / "logs" / f"{cell_id}.log"), suite.command))

@@ -44,6 +44,8 @@ class RunnerConfig:
     eval_every: int | None = None   # env steps (online) or gradient steps (offline) between evaluations; null: 5000
     #                                 for the offline algorithms (CORL's eval_freq), 0 (none) for the online ones
     eval_episodes: int = 10         # episodes per evaluation, one per env of a separate evaluation VecEnv (CORL: 10)
+    normalize_reward: bool = False  # offline: CORL's locomotion normalize_reward (algo.reward_scale times 1000 / the
+    #                                 dataset's span of episode returns)
     eval_reference: list[float] | None = None  # online: [random, reference] returns that normalise the evaluations'
     #                                            score (a dataset's, for its episode length); null: the task's
     snapshot_every: int = 0         # online: env steps between policy-only snapshots (<run_dir>/snapshots/, the

@@ -37,6 +37,8 @@ class OfflineRunConfig:
     log_every: int = 1000           # gradient steps per logged iteration
     eval_every: int = 5000          # gradient steps between evaluations (CORL's eval_freq)
     eval_episodes: int = 10         # episodes per evaluation, one per env (CORL: 10)
+    normalize_reward: bool = False  # CORL's locomotion normalize_reward: algo.reward_scale times 1000 / (max - min
+    #                                 episode return of the dataset); CORL sets it for IQL on hopper-medium(-replay)
 
 
 class OfflineRunner(RunnerBase):

@@ -20,6 +20,7 @@ A run directory holds the resolved `config.yaml`, `metrics.jsonl`, TensorBoard e
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Sequence
@@ -289,6 +290,22 @@ def dataset_source(dataset: str, env: dict[str, Any]) -> dict[str, Any]:
             "gymnasium": choice.gymnasium if same_env else None}
 
 
+def _return_range_scale(algo_cfg: Any, data: Any, path: Any) -> Any:
+    """`algo_cfg` with its reward_scale times 1000 / (max - min episode return of `data`): CORL's `modify_reward` for
+    locomotion datasets, which puts every dataset's returns on a span of 1000 (so also in the checkpoint and in a
+    warm-started online phase)."""
+    if not hasattr(algo_cfg, "reward_scale"):
+        raise ConfigError(f"runner.normalize_reward scales the rewards, which {type(algo_cfg).__name__} does not read")
+    returns = data.episode_returns()
+    span = float(returns.max() - returns.min())
+    if span <= 0:
+        raise ConfigError(f"runner.normalize_reward: every episode of {path} has the return {returns.max():g}, no span "
+                          "to normalise by")
+    scale = algo_cfg.reward_scale * 1000.0 / span
+    print(f"rewards: x {scale:g} (runner.normalize_reward: 1000 / the dataset's span of episode returns {span:g})")
+    return dataclasses.replace(algo_cfg, reward_scale=scale)
+
+
 def offline_runner(env: Any, cfg: dict[str, Any], algo_cfg: Any, run_cfg: OfflineRunConfig, run_dir: Path, seed: int,
                    device: torch.device):
     """The offline runner with its algorithm and the dataset's buffer (checked against the env)."""
@@ -298,6 +315,8 @@ def offline_runner(env: Any, cfg: dict[str, Any], algo_cfg: Any, run_cfg: Offlin
     from robolearn.runners.offline import OfflineRunner
 
     path, data = load_source(cfg["dataset"])
+    if run_cfg.normalize_reward:
+        algo_cfg = _return_range_scale(algo_cfg, data, path)
     algo = spec(cfg["algo"]["name"]).learner_class().for_env(env, algo_cfg, device)
     extras = {}  # per-transition values some learners need in every batch
     if hasattr(algo, "dataset_returns"):  # Cal-QL: each transition's Monte-Carlo return-to-go

@@ -200,7 +200,7 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
                 assert "algo.critic_hidden=[64,64]" in (cfg.offline if cfg.methods[cfg.algo].offline else cfg.online)
     for name in ("smoke", "prior-data", "offline-locomotion", "offline-fidelity", "offline-fidelity-long",
                  "offline-fidelity-iql-long", "offline-fidelity-cql-long", "offline-fidelity-bc-long",
-                 "offline-fidelity-cql-authors"):
+                 "offline-fidelity-cql-authors", "offline-fidelity-v5"):
         suite = load_suite(suite_path(name))
         cells = plan(suite, tmp_path / name)
         assert len(cells) == len(suite.algos) * len(suite.datasets) * len(suite.seeds)
@@ -214,6 +214,17 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
     suite = load_suite(_suite(tmp_path / "s.yaml", [{"name": "x", "overrides": ["iterations=5"]}], [3]))
     cfg = compose("train", plan(suite, tmp_path, ["algo.num_steps=8", "seed=9"])[0].train_args())
     assert cfg["iterations"] == 5 and cfg["algo"]["num_steps"] == 8 and cfg["seed"] == 3
+    # per-dataset hyperparameters: in that dataset's cells only, after the algorithm's own (CORL's ReBRAC coefficients)
+    v5 = load_suite(suite_path("offline-fidelity-v5"))
+    args = {(c.algo, c.dataset): c.overrides for c in plan(v5, tmp_path / "v5") if c.seed == 0}
+    assert args[("rebrac", "hopper-v5-medium-replay")][-7:-3] == ["algo=rebrac", "algo.beta_actor=0.05",
+                                                                  "algo.beta_critic=0.5",
+                                                                  "dataset=mujoco-v5/hopper-v5-medium-replay"]
+    assert "runner.normalize_reward=true" in args[("cql", "hopper-v5-medium")]
+    assert not any("normalize_reward" in a for a in args[("cql", "hopper-v5-medium-replay")])
+    (tmp_path / "per.yaml").write_text("algos: [{name: a, per_dataset: {e: [x=1]}}]\ndatasets: [{name: d}]\n")
+    with pytest.raises(ConfigError, match=r"per_dataset of a names datasets \['e'\]"):
+        load_suite(tmp_path / "per.yaml")
     (tmp_path / "dup.yaml").write_text("algos: [{name: a}, {name: a}]\ndatasets: [{name: d}]\n")
     with pytest.raises(ConfigError, match="duplicate algos"):
         load_suite(tmp_path / "dup.yaml")

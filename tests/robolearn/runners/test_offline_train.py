@@ -52,9 +52,11 @@ def test_bc_learns_and_writes_the_online_outputs(dataset, tmp_path):
 
 @pytest.mark.parametrize("algo", ["iql"])  # the runner's resume is the same for every algorithm (TD3+BC: same code)
 def test_resume_is_exact(dataset, tmp_path, algo):
-    """6 iterations straight == 3, then resumed to 6: the same networks and the same metrics."""
+    """6 iterations straight == 3, then resumed to 6: the same networks and the same metrics. With CORL's
+    normalize_reward, whose scale (1000 / the span of the dataset's episode returns) a resume applies once."""
     common = ["+env.overrides.episode_length=200", f"algo={algo}", f"dataset={dataset}", *SHORT,
-              "algo.actor_hidden=[32,32]", "algo.critic_hidden=[32,32]", "checkpoint_interval=1"]
+              "algo.actor_hidden=[32,32]", "algo.critic_hidden=[32,32]", "checkpoint_interval=1",
+              "runner.normalize_reward=true"]
     if algo == "iql":
         common.append("algo.value_hidden=[32,32]")
     straight, split = tmp_path / "straight", tmp_path / "split"
@@ -70,6 +72,12 @@ def test_resume_is_exact(dataset, tmp_path, algo):
     assert "eval/return" not in a[2] and "eval/return" in b[2]  # the split run also evaluated where it stopped
     b[2] = {k: v for k, v in b[2].items() if not k.startswith("eval/")}
     assert a == b
+    from robolearn.data.formats import load_dataset
+
+    returns = load_dataset(dataset).episode_returns()
+    for run in (straight, split):
+        config = json.loads((run / "checkpoints" / "final" / "config.json").read_text())
+        assert config["policy"][algo]["reward_scale"] == pytest.approx(1000 / (returns.max() - returns.min()), rel=1e-6)
 
 
 def test_dataset_errors(dataset, capsys):
@@ -81,6 +89,8 @@ def test_dataset_errors(dataset, capsys):
     assert "is online" in capsys.readouterr().err
     assert main(["train", "algo=bc", "dataset=no-such-dataset", *SHORT]) == 2
     assert "not found" in capsys.readouterr().err
+    assert main(["train", "algo=bc", f"dataset={dataset}", "runner.normalize_reward=true", *SHORT]) == 2
+    assert "normalize_reward scales the rewards, which BCConfig does not read" in capsys.readouterr().err
 
 
 def test_gradient_steps_are_exact(dataset, tmp_path, capsys):
