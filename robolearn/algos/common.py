@@ -46,17 +46,20 @@ def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
         torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
 
 
-def adam_step_(opt: torch.optim.Optimizer, grads: list[torch.Tensor]) -> None:
+def adam_step_(opt: torch.optim.Optimizer, grads: list[torch.Tensor], lr: torch.Tensor | None = None) -> None:
     """`torch.optim.Adam`'s update (no weight decay, no amsgrad) written out, on the optimizer's own state.
 
     `torch.optim` breaks a compiled graph around every `step()` on purpose; this traces into it, so a
     compiled update is one graph from the forward pass to the new parameters. `init_adam_state`
     must have run first (no state is created inside a graph). The bias corrections are computed in
-    float32 (fused Adam uses float64): they agree to about 1e-6 over thousands of steps.
+    float32 (fused Adam uses float64): they agree to about 1e-6 over thousands of steps. `lr`, a tensor, replaces
+    the groups' learning rate: a scheduled rate passed in as a graph input does not recompile the graph each step
+    (a Python float in a param group is a constant of the compiled graph).
     """
     flat = iter(grads)
+    rate = lr
     for group in opt.param_groups:
-        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        lr, (beta1, beta2), eps = group["lr"] if rate is None else rate, group["betas"], group["eps"]
         for p in group["params"]:
             g, state = next(flat), opt.state[p]
             state["step"] += 1

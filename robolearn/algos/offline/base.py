@@ -30,7 +30,7 @@ from torch import nn
 from policies.actor_critic import ACTIVATIONS
 from policies.ensemble import DeterministicActor, QEnsemble, TanhGaussianActor
 from policies.normalizer import FixedNorm
-from robolearn.algos.common import shaped_rewards
+from robolearn.algos.common import adam_step_, init_adam_state, shaped_rewards
 from robolearn.errors import CheckpointError, ConfigError
 
 #: The actors a checkpoint may hold: `robolearn.checkpoints.policy` loads "tanh_gaussian" as a SAC and
@@ -178,13 +178,26 @@ class OfflineAlgo:
         steps = torch.ones_like(rewards) if steps is None else steps
         return shaped_rewards(rewards, steps, self.cfg.gamma, self.cfg.reward_scale, self.cfg.reward_bias)
 
-    def _step(self, opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    def _step(self, opt: torch.optim.Optimizer, loss: torch.Tensor, lr: torch.Tensor | None = None) -> None:
         """One step of `opt` on the gradient of `loss` w.r.t. that optimizer's parameters only (no gradient
-        lands on the other networks the loss passes through, e.g. the critic under the actor loss)."""
+        lands on the other networks the loss passes through, e.g. the critic under the actor loss). With
+        `compile: true` the Adam step is written out (`adam_step_`, at `lr` if given) so that it traces into the
+        update's graph; else fused Adam at the group's rate."""
         params = [p for group in opt.param_groups for p in group["params"]]
-        for p, g in zip(params, torch.autograd.grad(loss, params), strict=True):
+        grads = torch.autograd.grad(loss, params)
+        if getattr(self.cfg, "compile", False):
+            adam_step_(opt, list(grads), lr)
+            return
+        for p, g in zip(params, grads, strict=True):
             p.grad = g
         opt.step()
+
+    def _ensure_adam_state(self) -> None:
+        """A compiled update needs Adam's state to exist (a graph cannot create it), also after a restore."""
+        if getattr(self.cfg, "compile", False):
+            for opt in self._optimizers.values():
+                if len(opt.state) < sum(len(group["params"]) for group in opt.param_groups):
+                    init_adam_state(opt)
 
     @property
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:

@@ -32,7 +32,7 @@ import torch
 
 from policies.ensemble import QEnsemble
 from robolearn.algos.base import AlgoSpec, register
-from robolearn.algos.common import polyak_update, subset_indices
+from robolearn.algos.common import compile_update, polyak_update, subset_indices
 from robolearn.algos.offline.base import OfflineAlgo, adam, check, check_common, make_actor, make_critics
 
 #: alpha' is clipped to at most this (CORL: torch.clamp(exp(log_alpha_prime), 0, 1e6)).
@@ -73,6 +73,7 @@ class CQLConfig:
     bc_steps: int = 0                  # CORL bc_steps: 0 (steps of BC for the actor at the start)
     reward_scale: float = 1.0          # r <- scale * r + bias (CORL antmaze: 10 and -5)
     reward_bias: float = 0.0
+    compile: bool = False              # torch.compile the update steps into graphs (`compile_update`)
 
     def validate(self) -> None:
         name = type(self).__name__.removesuffix("Config").lower()
@@ -109,6 +110,9 @@ class CQL(OfflineAlgo):
         if cfg.cql_lagrange:
             self._optimizers["alpha_prime"] = adam([self.log_alpha_prime], cfg.critic_lr)
         self._describe("tanh_gaussian")
+        if cfg.compile:
+            self._ensure_adam_state()
+            self._fit = compile_update(self._fit)
 
     def _networks(self) -> dict[str, torch.nn.Module]:
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target}
@@ -218,13 +222,13 @@ class CQL(OfflineAlgo):
                       "alpha_prime": alpha_prime.detach(), "alpha_prime_loss": alpha_prime_loss.detach()})
         return loss, alpha_prime_loss, stats
 
-    def actor_loss(self, batch: dict[str, Any], noise: torch.Tensor, alpha: torch.Tensor
+    def actor_loss(self, batch: dict[str, Any], noise: torch.Tensor, alpha: torch.Tensor, bc_phase: bool = False
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """mean(alpha log pi(a|s) - min_i Q_i(s, a)), a ~ pi(s) from `noise` (during bc_steps: - log pi(a_data|s)
-        in place of the Q); also returns log pi(a|s) [B] for the temperature."""
+        """mean(alpha log pi(a|s) - min_i Q_i(s, a)), a ~ pi(s) from `noise` (in the `bc_phase`, the first bc_steps:
+        - log pi(a_data|s) in place of the Q); also returns log pi(a|s) [B] for the temperature."""
         obs = batch["obs"]["policy"]
         actions, logp = self.actor.sample(obs, noise=noise)
-        if self.updates < self.cfg.bc_steps:  # `updates` counts the steps before this one
+        if bc_phase:
             value = self.actor.log_prob(obs, batch["actions"])
         else:
             value = self.critic(obs, actions).min(0).values
@@ -236,19 +240,26 @@ class CQL(OfflineAlgo):
 
     # --- one gradient step ----------------------------------------------------------------------
     def update(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
-        """Critic, alpha' (Lagrange), actor and temperature steps on one batch, then the Polyak update."""
+        """Critic, alpha' (Lagrange), actor and temperature steps on one batch, then the Polyak update. The draws
+        happen here, the tensor work in `_fit` (one graph with `compile: true`)."""
+        self._ensure_adam_state()  # a restore may have replaced it with an empty state
         draws = self.draw(batch["actions"].shape[0], generator)
-        alpha = self.alpha  # this step's temperature, before its own update
+        # this step's temperature, before its own update; `updates` counts the steps before this one
+        stats = self._fit(batch, draws, self.alpha, self.updates < self.cfg.bc_steps)
+        self.updates += 1
+        return stats
+
+    def _fit(self, batch: dict[str, Any], draws: dict[str, torch.Tensor], alpha: torch.Tensor, bc_phase: bool
+             ) -> dict[str, torch.Tensor]:
         critic_loss, alpha_prime_loss, stats = self.critic_loss(batch, draws)
         self._step(self._optimizers["critic"], critic_loss)
         if self.cfg.cql_lagrange:
             self._step(self._optimizers["alpha_prime"], alpha_prime_loss)
-        actor_loss, logp = self.actor_loss(batch, draws["actor"], alpha)
+        actor_loss, logp = self.actor_loss(batch, draws["actor"], alpha, bc_phase)
         self._step(self._optimizers["actor"], actor_loss)
         if self.cfg.learn_temperature:
             self._step(self._optimizers["alpha"], self.temperature_loss(logp))
         polyak_update(self.critic_target, self.critic, self.cfg.tau)
-        self.updates += 1
         stats.update({"actor_loss": actor_loss.detach(), "entropy": -logp.detach().mean(), "alpha": alpha})
         return stats
 

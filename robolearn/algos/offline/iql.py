@@ -28,7 +28,7 @@ import torch
 
 from policies.ensemble import EnsembleMLP
 from robolearn.algos.base import AlgoSpec, register
-from robolearn.algos.common import polyak_update
+from robolearn.algos.common import compile_update, polyak_update
 from robolearn.algos.offline import base as offline
 from robolearn.algos.offline.base import ACTORS, OfflineAlgo, adam, check, check_common, make_actor, make_critics
 from robolearn.core.losses import expectile_loss
@@ -59,6 +59,7 @@ class IQLConfig:
     max_weight: float = 100.0          # CORL EXP_ADV_MAX: 100 (clip of exp(beta * advantage))
     reward_scale: float = 1.0          # r <- scale * r + bias (CORL antmaze: r - 1, reward_bias -1)
     reward_bias: float = 0.0
+    compile: bool = False              # torch.compile the whole update (three fits, Adam, Polyak) into one graph
 
     def validate(self) -> None:
         check(self.actor in ACTORS, f"iql.actor must be one of {ACTORS}, got {self.actor!r}")
@@ -86,6 +87,9 @@ class IQL(OfflineAlgo):
                             "critic": adam(self.critic.parameters(), cfg.critic_lr),
                             "value": adam(self.value.parameters(), cfg.value_lr)}
         self._describe(cfg.actor)
+        if cfg.compile:
+            self._ensure_adam_state()
+            self._fit = compile_update(self._fit)
 
     def _networks(self) -> dict[str, torch.nn.Module]:
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target, "value": self.value}
@@ -131,19 +135,31 @@ class IQL(OfflineAlgo):
     # --- one gradient step ----------------------------------------------------------------------
     def update(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """Value, critic (+ Polyak) and actor steps on one batch; V(s') and the advantages from V before its step."""
+        self._ensure_adam_state()  # a restore may have replaced it with an empty state
+        lr = self.actor_lr()
+        for group in self._optimizers["actor"].param_groups:  # CORL steps its scheduler after each actor step:
+            group["lr"] = lr                                   # lr(t) for step t + 1 (and the checkpoint keeps it)
+        steps = batch.get("steps")
+        stats = self._fit(batch["obs"]["policy"], batch["actions"], batch["rewards"],
+                          torch.ones_like(batch["rewards"]) if steps is None else steps, batch["discount"],
+                          batch["next_obs"]["policy"], torch.tensor(lr, device=self.device))
+        self.updates += 1
+        return stats
+
+    def _fit(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, steps: torch.Tensor,
+             discount: torch.Tensor, next_obs: torch.Tensor, actor_lr: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The tensor work of `update` (what `compile: true` makes one graph; the rate a graph input)."""
+        batch = {"obs": {"policy": obs}, "actions": actions, "rewards": rewards, "steps": steps,
+                 "discount": discount, "next_obs": {"policy": next_obs}}
         with torch.no_grad():
-            next_v = self.v(batch["next_obs"]["policy"])
+            next_v = self.v(next_obs)
         value_loss, adv = self.value_loss(batch)
         self._step(self._optimizers["value"], value_loss)
         critic_loss = self.critic_loss(batch, next_v)
         self._step(self._optimizers["critic"], critic_loss)
         polyak_update(self.critic_target, self.critic, self.cfg.tau)
-        actor_opt = self._optimizers["actor"]
-        for group in actor_opt.param_groups:  # CORL steps its scheduler after each actor step: lr(t) for step t + 1
-            group["lr"] = self.actor_lr()
         actor_loss, weights = self.actor_loss(batch, adv)
-        self._step(actor_opt, actor_loss)
-        self.updates += 1
+        self._step(self._optimizers["actor"], actor_loss, actor_lr)
         return {"value_loss": value_loss.detach(), "critic_loss": critic_loss.detach(),
                 "actor_loss": actor_loss.detach(), "adv_mean": adv.mean(), "weight_mean": weights.detach().mean()}
 

@@ -53,6 +53,7 @@ class ReBRACConfig:
     normalize_q: bool = True           # CORL normalize_q: true (lambda = 1 / mean|Q|)
     reward_scale: float = 1.0          # r <- scale * r + bias (CORL antmaze: normalize_reward, r * 100)
     reward_bias: float = 0.0
+    compile: bool = False              # torch.compile the update steps into graphs (`compile_update`)
 
     def validate(self) -> None:
         check_common(self, "rebrac")

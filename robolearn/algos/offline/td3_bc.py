@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from robolearn.algos.base import AlgoSpec, register
-from robolearn.algos.common import polyak_update
+from robolearn.algos.common import compile_update, polyak_update
 from robolearn.algos.offline.base import OfflineAlgo, adam, check, check_common, frozen_copy, make_actor, make_critics
 
 
@@ -44,6 +44,7 @@ class TD3BCConfig:
     alpha: float = 2.5             # CORL alpha: 2.5
     reward_scale: float = 1.0      # r <- scale * r + bias (CORL normalize_reward is false on locomotion)
     reward_bias: float = 0.0
+    compile: bool = False              # torch.compile the update steps into graphs (`compile_update`)
 
     def validate(self) -> None:
         check_common(self, "td3_bc")
@@ -69,6 +70,10 @@ class TD3BC(OfflineAlgo):
         self._optimizers = {"actor": adam(self.actor.parameters(), cfg.actor_lr),
                             "critic": adam(self.critic.parameters(), cfg.critic_lr)}
         self._describe("deterministic")
+        if cfg.compile:
+            self._ensure_adam_state()
+            self._critic_fit = compile_update(self._critic_fit)
+            self._actor_fit = compile_update(self._actor_fit)
 
     def _networks(self) -> dict[str, torch.nn.Module]:
         return {"actor": self.actor, "actor_target": self.actor_target,
@@ -107,16 +112,25 @@ class TD3BC(OfflineAlgo):
 
     # --- one gradient step ----------------------------------------------------------------------
     def update(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
-        """A critic step; every `actor_every`-th call also an actor step and the Polyak update of both targets."""
+        """A critic step; every `actor_every`-th call also an actor step and the Polyak update of both targets.
+        The draws happen here, the tensor work in `_critic_fit` / `_actor_fit` (graphs with `compile: true`)."""
+        self._ensure_adam_state()  # a restore may have replaced it with an empty state
         self.updates += 1
-        loss, stats = self.critic_loss(batch, self.draw(batch["actions"].shape[0], generator))
-        self._step(self._optimizers["critic"], loss)
+        stats = self._critic_fit(batch, self.draw(batch["actions"].shape[0], generator))
         if self.updates % self.cfg.actor_every == 0:
-            loss, actor_stats = self.actor_loss(batch)  # on the critic just updated, as CORL
-            self._step(self._optimizers["actor"], loss)
-            polyak_update(self.critic_target, self.critic, self.cfg.tau)
-            polyak_update(self.actor_target, self.actor, self.cfg.tau)
-            stats.update(actor_stats)
+            stats.update(self._actor_fit(batch))  # on the critic just updated, as CORL
+        return stats
+
+    def _critic_fit(self, batch: dict[str, Any], noise: torch.Tensor) -> dict[str, torch.Tensor]:
+        loss, stats = self.critic_loss(batch, noise)
+        self._step(self._optimizers["critic"], loss)
+        return stats
+
+    def _actor_fit(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        loss, stats = self.actor_loss(batch)
+        self._step(self._optimizers["actor"], loss)
+        polyak_update(self.critic_target, self.critic, self.cfg.tau)
+        polyak_update(self.actor_target, self.actor, self.cfg.tau)
         return stats
 
 
