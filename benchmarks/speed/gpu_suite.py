@@ -15,7 +15,7 @@ results. `benchmarks/gpu_suite.sh` runs the parts one process each, in this orde
 - `ppo`: `robolearn train` (PPO, cartpole-swingup, MJX, 4096 envs, the learner on the GPU) in a child process,
   stopped when the mean episode return reaches 800 or at a wall-clock cap; the curve and the time to 800.
 - `offpolicy`: SAC and IQL gradient updates/s at batch 256 with 256x256 networks on synthetic replay data, one
-  seed (S=1), eager and (SAC) `compile=True`. Seed-batched learners (S=8, 64) do not exist yet: recorded as such.
+  seed (S=1), eager and `compile=True`. Seed-batched learners (S=8, 64) do not exist yet: recorded as such.
 - `summary`: the headline numbers of every part's JSON, and each part's exit status.
 
 Every part writes `$OUT/<name>.json` (machine info included) as soon as it has something, and rewrites it as it goes.
@@ -563,7 +563,7 @@ def part_train_cli(overrides: list[str]) -> int:
 # --- SAC / IQL updates per second -----------------------------------------------------------------------------
 
 def part_offpolicy(s: Settings, res: Result, budget_s: float) -> None:
-    """Updates/s of SAC (eager, compile=True) and IQL (eager) on synthetic cheetah-run-sized replay data."""
+    """Updates/s of SAC and IQL (eager, compile=True) on synthetic cheetah-run-sized replay data."""
     import torch
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -590,7 +590,7 @@ def part_offpolicy(s: Settings, res: Result, budget_s: float) -> None:
                 batch_size=b, actor_hidden=h, critic_hidden=h, compile=compiled), dev)
             return lambda: sac.update(sample(), gen)
         iql = robolearn_name("IQL")(obs_dim, num_actions, robolearn_name("IQLConfig")(
-            batch_size=b, actor_hidden=h, critic_hidden=h, value_hidden=h), dev)
+            batch_size=b, actor_hidden=h, critic_hidden=h, value_hidden=h, compile=compiled), dev)
         return lambda: iql.update(sample(), gen)
 
     res.update(device=str(dev), torch_threads=torch.get_num_threads(), obs_dim=obs_dim, num_actions=num_actions,
@@ -602,7 +602,7 @@ def part_offpolicy(s: Settings, res: Result, budget_s: float) -> None:
                     "replay of replay_size random transitions (indexing included in the timing). Rate: median of "
                     "3 rounds after warm-up; the first update's time includes compilation.")
     rows: list[dict[str, Any]] = []
-    plan = [("sac", False), ("iql", False), ("sac", True)]
+    plan = [("sac", False), ("iql", False), ("sac", True), ("iql", True)]
     seen_rate: dict[str, float] = {}
     for algo, compiled in plan:
         label = f"{algo}_{'compiled' if compiled else 'eager'}"

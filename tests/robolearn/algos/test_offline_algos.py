@@ -304,12 +304,13 @@ def test_cql_max_target_backup_and_bc_steps():
     rows = np.arange(4)
     y = b["r"] + b["d"] * (q2[rows, best] - algo.alpha.item() * logp2[rows, best])
     assert np.allclose(algo.target(batch, draws["target"]).numpy(), y, atol=1e-5)
-    algo.updates = 0  # within bc_steps the actor maximises log pi(a_data|s) in place of Q
+    # within bc_steps (`update` passes bc_phase = updates < bc_steps) the actor maximises log pi(a_data|s), not Q
     a, logp = np_tanh_gaussian(mu, log_std, draws["actor"].double().numpy())
     a_data = np.clip(b["a"], -1 + 1e-6, 1 - 1e-6)
     z = (np.arctanh(a_data) - mu) / np.exp(log_std)
     logp_data = (-0.5 * z**2 - log_std - 0.5 * np.log(2 * np.pi) - np.log(1 - a_data**2)).sum(-1)
-    assert close(algo.actor_loss(batch, draws["actor"], torch.tensor(1.0))[0], (logp - logp_data).mean())
+    assert close(algo.actor_loss(batch, draws["actor"], torch.tensor(1.0), bc_phase=True)[0],
+                 (logp - logp_data).mean())
 
 
 def test_calql_bounds_policy_values_by_mc_returns():
