@@ -217,7 +217,8 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
     # per-dataset hyperparameters: in that dataset's cells only, after the algorithm's own (CORL's ReBRAC coefficients)
     v5 = load_suite(suite_path("offline-fidelity-v5"))
     args = {(c.algo, c.dataset): c.overrides for c in plan(v5, tmp_path / "v5") if c.seed == 0}
-    assert args[("rebrac", "hopper-v5-medium-replay")][-7:-3] == ["algo=rebrac", "algo.beta_actor=0.05",
+    assert args[("rebrac", "hopper-v5-medium-replay")][-8:-3] == ["algo=rebrac", "algo.compile=true",
+                                                                  "algo.beta_actor=0.05",
                                                                   "algo.beta_critic=0.5",
                                                                   "dataset=mujoco-v5/hopper-v5-medium-replay"]
     assert "runner.normalize_reward=true" in args[("cql", "hopper-v5-medium")]
