@@ -57,9 +57,8 @@ def adam_step_(opt: torch.optim.Optimizer, grads: list[torch.Tensor], lr: torch.
     (a Python float in a param group is a constant of the compiled graph).
     """
     flat = iter(grads)
-    rate = lr
     for group in opt.param_groups:
-        lr, (beta1, beta2), eps = group["lr"] if rate is None else rate, group["betas"], group["eps"]
+        rate, (beta1, beta2), eps = group["lr"] if lr is None else lr, group["betas"], group["eps"]
         for p in group["params"]:
             g, state = next(flat), opt.state[p]
             state["step"] += 1
@@ -68,7 +67,7 @@ def adam_step_(opt: torch.optim.Optimizer, grads: list[torch.Tensor], lr: torch.
             state["exp_avg_sq"].mul_(beta2).addcmul_(g, g, value=1 - beta2)
             denom = (state["exp_avg_sq"].sqrt() / (1 - beta2**step).sqrt()).add_(eps)
             with torch.no_grad():
-                p.sub_(state["exp_avg"] / denom * (lr / (1 - beta1**step)))
+                p.sub_(state["exp_avg"] / denom * (rate / (1 - beta1**step)))
 
 
 def init_adam_state(opt: torch.optim.Optimizer) -> None:

@@ -376,14 +376,11 @@ def collect(cfg: CollectConfig) -> Dataset:
         env_cfg["overrides"] = {**env_cfg["overrides"], "start": "random" if cfg.kind == "diverse" else "play"}
     recorded_env = None  # the env the dataset names, when it is not the one collected in
     if cfg.kind == "waypoint":
-        from sim.tasks import make_task
-
         if cfg.policy != "waypoint":
             raise ConfigError(f"collect kind=waypoint plays D4RL's waypoint controller; policy={cfg.policy} is not "
                               "taken")
         recorded_env = {**env_cfg, "overrides": dict(env_cfg["overrides"])}
-        task = make_task(cfg.env.name, **env_cfg["overrides"])
-        env_cfg["overrides"] = {**env_cfg["overrides"], **waypoint.collection_overrides(task, cfg.steps,
+        env_cfg["overrides"] = {**env_cfg["overrides"], **waypoint.collection_overrides(cfg.env.name, cfg.steps,
                                                                                          cfg.env.num_envs)}
     pixels = cfg.pixels
     env = make_env(env_cfg, cfg.seed, pixels={"camera": pixels.camera, "width": pixels.width, "height": pixels.height,

@@ -30,13 +30,14 @@ WAYPOINT_NOISE = 0.5
 WAYPOINT_STEPS = 1_000_000
 
 
-def collection_overrides(task: Any, steps: int, num_envs: int) -> dict[str, Any]:
+def collection_overrides(task: str, steps: int, num_envs: int) -> dict[str, Any]:
     """The task options of the collection runs: any open cell a goal, a new goal on arrival, one long episode."""
+    from sim.tasks import spec
     from sim.tasks.d4rl_maze import D4RLPointMaze
 
-    if not isinstance(task, D4RLPointMaze):
+    if not issubclass(spec(task).task_class(), D4RLPointMaze):
         raise ConfigError(f"collect kind=waypoint is D4RL's maze2d recipe, for pointmaze-* (sim/tasks/d4rl_maze.py), "
-                          f"not {task.name}")
+                          f"not {task}")
     if steps < 1:
         raise ConfigError(f"collect steps must be >= 1, got {steps}")
     return {"any_goal": True, "reset_target": True, "continuing_task": True,

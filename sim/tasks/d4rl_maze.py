@@ -291,8 +291,8 @@ class D4RLMaze(Task):
         """The "observation" entry of the dict observation."""
         raise NotImplementedError
 
-    def distance(self, phys: Physics, info: dict[str, Array]) -> Array:
-        return jnp.linalg.norm(phys.qpos[:2] - info["goal"])
+    def distance(self, phys: Physics, goal: Array) -> Array:
+        return jnp.linalg.norm(phys.qpos[:2] - goal)
 
     def observe(self, phys: Physics, info: dict[str, Array]) -> dict[str, Array]:
         # gymnasium.spaces.flatten order of the Dict space: its keys sorted.
@@ -300,12 +300,12 @@ class D4RLMaze(Task):
         return {"policy": policy.astype(jnp.float32)}
 
     def reward_terms(self, phys: Physics, action: Array, info: dict[str, Array]) -> dict[str, Array]:
-        d = jnp.linalg.norm(phys.qpos[:2] - info["target"])  # this step's goal
+        d = self.distance(phys, info["target"])  # this step's goal
         goal = jnp.exp(-d) if self.cfg.reward_type == "dense" else (d <= GOAL_RADIUS).astype(jnp.float32)
         return {"goal": goal}
 
     def update_info(self, phys: Physics, action: Array, info: dict[str, Array]) -> dict[str, Array]:
-        arrived = jnp.linalg.norm(phys.qpos[:2] - info["target"]) <= GOAL_RADIUS
+        arrived = self.distance(phys, info["target"]) <= GOAL_RADIUS
         info = {**info, "goal": info["target"], "reached": info["reached"] | arrived}
         if self.cfg.reset_target and len(self.maze.goals) > 1:
             key, draw = jax.random.split(info["key"])
@@ -319,7 +319,7 @@ class D4RLMaze(Task):
     def terminated(self, phys: Physics, info: dict[str, Array]) -> Array:
         if self.cfg.continuing_task:
             return jnp.zeros((), bool)
-        return self.distance(phys, info) <= GOAL_RADIUS
+        return self.distance(phys, info["goal"]) <= GOAL_RADIUS
 
 
 #: The part of both tasks' documentation that is the same.

@@ -30,7 +30,7 @@ from torch import nn
 from policies.actor_critic import ACTIVATIONS
 from policies.ensemble import DeterministicActor, QEnsemble, TanhGaussianActor
 from policies.normalizer import FixedNorm
-from robolearn.algos.common import adam_step_, init_adam_state, shaped_rewards
+from robolearn.algos.common import adam_step_, compile_update, init_adam_state, shaped_rewards
 from robolearn.errors import CheckpointError, ConfigError
 
 #: The actors a checkpoint may hold: `robolearn.checkpoints.policy` loads "tanh_gaussian" as a SAC and
@@ -126,6 +126,7 @@ class OfflineAlgo:
         self.device = torch.device(device)
         self.obs_dim, self.num_actions = obs_dim, num_actions
         self.updates = 0             # gradient steps done (the runner restores it on resume)
+        self.compiled = bool(getattr(cfg, "compile", False))  # BC and RO2O have no compiled path
 
     @classmethod
     def for_env(cls, env: Any, cfg: Any, device: str | torch.device = "cpu") -> OfflineAlgo:
@@ -185,16 +186,24 @@ class OfflineAlgo:
         update's graph; else fused Adam at the group's rate."""
         params = [p for group in opt.param_groups for p in group["params"]]
         grads = torch.autograd.grad(loss, params)
-        if getattr(self.cfg, "compile", False):
+        if self.compiled:
             adam_step_(opt, list(grads), lr)
             return
         for p, g in zip(params, grads, strict=True):
             p.grad = g
         opt.step()
 
+    def _compile_updates(self, *names: str) -> None:
+        """With `compile: true`, each named method (the tensor work of `update`) becomes one compiled graph
+        (`compile_update`); Adam's state is created first."""
+        if self.compiled:
+            self._ensure_adam_state()
+            for name in names:
+                setattr(self, name, compile_update(getattr(self, name)))
+
     def _ensure_adam_state(self) -> None:
         """A compiled update needs Adam's state to exist (a graph cannot create it), also after a restore."""
-        if getattr(self.cfg, "compile", False):
+        if self.compiled:
             for opt in self._optimizers.values():
                 if len(opt.state) < sum(len(group["params"]) for group in opt.param_groups):
                     init_adam_state(opt)

@@ -32,7 +32,7 @@ import torch
 
 from policies.ensemble import QEnsemble
 from robolearn.algos.base import AlgoSpec, register
-from robolearn.algos.common import compile_update, polyak_update, subset_indices
+from robolearn.algos.common import polyak_update, subset_indices
 from robolearn.algos.offline.base import OfflineAlgo, adam, check, check_common, make_actor, make_critics
 
 #: alpha' is clipped to at most this (CORL: torch.clamp(exp(log_alpha_prime), 0, 1e6)).
@@ -110,9 +110,7 @@ class CQL(OfflineAlgo):
         if cfg.cql_lagrange:
             self._optimizers["alpha_prime"] = adam([self.log_alpha_prime], cfg.critic_lr)
         self._describe("tanh_gaussian")
-        if cfg.compile:
-            self._ensure_adam_state()
-            self._fit = compile_update(self._fit)
+        self._compile_updates("_fit")
 
     def _networks(self) -> dict[str, torch.nn.Module]:
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target}

@@ -28,7 +28,7 @@ import torch
 
 from policies.ensemble import EnsembleMLP
 from robolearn.algos.base import AlgoSpec, register
-from robolearn.algos.common import compile_update, polyak_update
+from robolearn.algos.common import polyak_update
 from robolearn.algos.offline import base as offline
 from robolearn.algos.offline.base import ACTORS, OfflineAlgo, adam, check, check_common, make_actor, make_critics
 from robolearn.core.losses import expectile_loss
@@ -87,9 +87,7 @@ class IQL(OfflineAlgo):
                             "critic": adam(self.critic.parameters(), cfg.critic_lr),
                             "value": adam(self.value.parameters(), cfg.value_lr)}
         self._describe(cfg.actor)
-        if cfg.compile:
-            self._ensure_adam_state()
-            self._fit = compile_update(self._fit)
+        self._compile_updates("_fit")
 
     def _networks(self) -> dict[str, torch.nn.Module]:
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target, "value": self.value}
@@ -142,13 +140,15 @@ class IQL(OfflineAlgo):
         steps = batch.get("steps")
         stats = self._fit(batch["obs"]["policy"], batch["actions"], batch["rewards"],
                           torch.ones_like(batch["rewards"]) if steps is None else steps, batch["discount"],
-                          batch["next_obs"]["policy"], torch.tensor(lr, device=self.device))
+                          batch["next_obs"]["policy"], torch.tensor(lr, device=self.device) if self.compiled else None)
         self.updates += 1
         return stats
 
     def _fit(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, steps: torch.Tensor,
-             discount: torch.Tensor, next_obs: torch.Tensor, actor_lr: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The tensor work of `update` (what `compile: true` makes one graph; the rate a graph input)."""
+             discount: torch.Tensor, next_obs: torch.Tensor, actor_lr: torch.Tensor | None
+             ) -> dict[str, torch.Tensor]:
+        """The tensor work of `update` (what `compile: true` makes one graph, the actor's rate a graph input;
+        eager Adam reads it from the param group)."""
         batch = {"obs": {"policy": obs}, "actions": actions, "rewards": rewards, "steps": steps,
                  "discount": discount, "next_obs": {"policy": next_obs}}
         with torch.no_grad():

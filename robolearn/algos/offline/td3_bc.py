@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from robolearn.algos.base import AlgoSpec, register
-from robolearn.algos.common import compile_update, polyak_update
+from robolearn.algos.common import polyak_update
 from robolearn.algos.offline.base import OfflineAlgo, adam, check, check_common, frozen_copy, make_actor, make_critics
 
 
@@ -70,10 +70,7 @@ class TD3BC(OfflineAlgo):
         self._optimizers = {"actor": adam(self.actor.parameters(), cfg.actor_lr),
                             "critic": adam(self.critic.parameters(), cfg.critic_lr)}
         self._describe("deterministic")
-        if cfg.compile:
-            self._ensure_adam_state()
-            self._critic_fit = compile_update(self._critic_fit)
-            self._actor_fit = compile_update(self._actor_fit)
+        self._compile_updates("_critic_fit", "_actor_fit")
 
     def _networks(self) -> dict[str, torch.nn.Module]:
         return {"actor": self.actor, "actor_target": self.actor_target,
