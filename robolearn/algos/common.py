@@ -41,33 +41,51 @@ def shaped_rewards(rewards: torch.Tensor, steps: torch.Tensor, gamma: float, sca
 
 
 def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
-    """target <- (1 - tau) target + tau source, one fused op over all parameters."""
+    """target <- (1 - tau) target + tau source, one fused op over all parameters (per tensor inside a seed-batch's
+    vmap, which has no batching rule for the fused op)."""
+    targets, sources = list(target.parameters()), list(source.parameters())
     with torch.no_grad():
-        torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
+        if targets and torch._C._functorch.is_batchedtensor(targets[0]):
+            for t, s in zip(targets, sources, strict=True):
+                t.mul_(1.0 - tau).add_(s, alpha=tau)
+        else:
+            torch._foreach_lerp_(targets, sources, tau)
+
+
+def adam_update_(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
+                 step: torch.Tensor, lr: float | torch.Tensor, betas: tuple[float, float], eps: float) -> None:
+    """One parameter's `torch.optim.Adam` update (no weight decay, no amsgrad), in place on the given tensors.
+
+    Written with in-place ops that `torch.func.vmap` has batching rules for (`mul_`, `add_`, `sub_`; not `lerp_` or
+    `addcmul_`), so the same code steps one learner, a compiled graph, or S seeds at once inside a vmapped update
+    (`robolearn.algos.offline.seeds`). The bias corrections are computed in float32 (fused Adam uses float64): they
+    agree to about 1e-6 over thousands of steps.
+    """
+    beta1, beta2 = betas
+    step.add_(1)
+    exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+    exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
+    denom = (exp_avg_sq.sqrt() / (1 - beta2**step).sqrt()).add_(eps)
+    with torch.no_grad():
+        param.sub_(exp_avg / denom * (lr / (1 - beta1**step)))
 
 
 def adam_step_(opt: torch.optim.Optimizer, grads: list[torch.Tensor], lr: torch.Tensor | None = None) -> None:
-    """`torch.optim.Adam`'s update (no weight decay, no amsgrad) written out, on the optimizer's own state.
+    """`torch.optim.Adam`'s update written out (`adam_update_` per parameter), on the optimizer's own state.
 
     `torch.optim` breaks a compiled graph around every `step()` on purpose; this traces into it, so a
     compiled update is one graph from the forward pass to the new parameters. `init_adam_state`
-    must have run first (no state is created inside a graph). The bias corrections are computed in
-    float32 (fused Adam uses float64): they agree to about 1e-6 over thousands of steps. `lr`, a tensor, replaces
-    the groups' learning rate: a scheduled rate passed in as a graph input does not recompile the graph each step
-    (a Python float in a param group is a constant of the compiled graph).
+    must have run first (no state is created inside a graph). `lr`, a tensor, replaces the groups' learning rate:
+    a scheduled rate passed in as a graph input does not recompile the graph each step (a Python float in a param
+    group is a constant of the compiled graph).
     """
     flat = iter(grads)
     for group in opt.param_groups:
-        rate, (beta1, beta2), eps = group["lr"] if lr is None else lr, group["betas"], group["eps"]
+        rate = group["lr"] if lr is None else lr
         for p in group["params"]:
-            g, state = next(flat), opt.state[p]
-            state["step"] += 1
-            step = state["step"]
-            state["exp_avg"].lerp_(g, 1 - beta1)
-            state["exp_avg_sq"].mul_(beta2).addcmul_(g, g, value=1 - beta2)
-            denom = (state["exp_avg_sq"].sqrt() / (1 - beta2**step).sqrt()).add_(eps)
-            with torch.no_grad():
-                p.sub_(state["exp_avg"] / denom * (rate / (1 - beta1**step)))
+            state = opt.state[p]
+            adam_update_(p, next(flat), state["exp_avg"], state["exp_avg_sq"], state["step"], rate,
+                         group["betas"], group["eps"])
 
 
 def init_adam_state(opt: torch.optim.Optimizer) -> None:
@@ -79,7 +97,7 @@ def init_adam_state(opt: torch.optim.Optimizer) -> None:
                                     exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
 
 
-def compile_update(fn: Any) -> Any:
+def compile_update(fn: Any, device: str | torch.device | None = None) -> Any:
     """`torch.compile` of one whole update: forward, `torch.autograd.grad`, Adam step, Polyak.
 
     Tracing the gradient and the optimizer step into the graph is what pays: on one CPU core it
@@ -90,6 +108,9 @@ def compile_update(fn: Any) -> Any:
     import torch._dynamo
 
     torch._dynamo.config.trace_autograd_ops = True  # let torch.autograd.grad become part of the graph
+    if device is not None and torch.device(device).type != "cpu":
+        # cpp_wrapper fails in Inductor on CUDA (torch 2.11, H200: an AssertionError in compile_to_module)
+        return torch.compile(fn)
     # cpp_wrapper: the graph's kernel calls run from generated C++, not Python (1.4x at 64x64 on CPU)
     return torch.compile(fn, options={"cpp_wrapper": True})
 

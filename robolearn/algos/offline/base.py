@@ -21,7 +21,7 @@ The batch is `robolearn.core.buffers.ReplayBuffer.sample`'s: `obs` / `next_obs` 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -104,6 +104,16 @@ def check_common(cfg: Any, name: str) -> None:
         check(cfg.num_critics >= 1, f"{name}.num_critics must be >= 1, got {cfg.num_critics}")
 
 
+def stack_draws(draws: list[Any]) -> Any:
+    """One draw per seed (tensors, dicts of tensors, None) stacked on a leading seed axis, same structure."""
+    first = draws[0]
+    if isinstance(first, torch.Tensor):
+        return torch.stack(draws)
+    if isinstance(first, Mapping):
+        return {k: stack_draws([d[k] for d in draws]) for k in first}
+    return first
+
+
 def jsonable(cfg: Any) -> dict[str, Any]:
     """The config dataclass as a JSON-able dict (tuples become lists)."""
     return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(cfg).items()}
@@ -126,7 +136,9 @@ class OfflineAlgo:
         self.device = torch.device(device)
         self.obs_dim, self.num_actions = obs_dim, num_actions
         self.updates = 0             # gradient steps done (the runner restores it on resume)
-        self.compiled = bool(getattr(cfg, "compile", False))  # BC and RO2O have no compiled path
+        self.compiled = bool(getattr(cfg, "compile", False))  # RO2O has no compiled path
+        self.graph_methods: tuple[str, ...] = ()  # `_update_graphs`: what compiles and what a seed-batch vmaps
+        self._seed_binding: Any = None            # set by a seed-batch while its vmapped update runs
 
     @classmethod
     def for_env(cls, env: Any, cfg: Any, device: str | torch.device = "cpu") -> OfflineAlgo:
@@ -179,27 +191,43 @@ class OfflineAlgo:
         steps = torch.ones_like(rewards) if steps is None else steps
         return shaped_rewards(rewards, steps, self.cfg.gamma, self.cfg.reward_scale, self.cfg.reward_bias)
 
-    def _step(self, opt: torch.optim.Optimizer, loss: torch.Tensor, lr: torch.Tensor | None = None) -> None:
-        """One step of `opt` on the gradient of `loss` w.r.t. that optimizer's parameters only (no gradient
-        lands on the other networks the loss passes through, e.g. the critic under the actor loss). With
+    def _draws(self, batch: Mapping[str, Any], generator: Any) -> Any:
+        """The algorithm's random draws (`draw`) for `batch`; seed-batched (`generator` a list, one per seed, and
+        the batch [S, B, ...]) each seed's from its own generator, stacked on a leading seed axis."""
+        n = batch["actions"].shape[-2]
+        if isinstance(generator, (list, tuple)):
+            return stack_draws([self.draw(n, g) for g in generator])
+        return self.draw(n, generator)
+
+    def _step(self, opt: torch.optim.Optimizer, loss_fn: Callable[[], Any], lr: torch.Tensor | None = None) -> Any:
+        """One step of `opt` on the gradient of the loss that `loss_fn()` returns (alone, or first of a tuple) w.r.t.
+        that optimizer's parameters only (no gradient lands on the other networks the loss passes through, e.g. the
+        critic under the actor loss); returns what `loss_fn` returned. The loss is a function, not a tensor, so that
+        a seed-batched update (`robolearn.algos.offline.seeds`) can take `torch.func.grad` of it. With
         `compile: true` the Adam step is written out (`adam_step_`, at `lr` if given) so that it traces into the
         update's graph; else fused Adam at the group's rate."""
+        if self._seed_binding is not None:
+            return self._seed_binding.step(opt, loss_fn, lr)
+        out = loss_fn()
         params = [p for group in opt.param_groups for p in group["params"]]
-        grads = torch.autograd.grad(loss, params)
+        grads = torch.autograd.grad(out[0] if isinstance(out, tuple) else out, params)
         if self.compiled:
             adam_step_(opt, list(grads), lr)
-            return
+            return out
         for p, g in zip(params, grads, strict=True):
             p.grad = g
         opt.step()
+        return out
 
-    def _compile_updates(self, *names: str) -> None:
-        """With `compile: true`, each named method (the tensor work of `update`) becomes one compiled graph
-        (`compile_update`); Adam's state is created first."""
+    def _update_graphs(self, *names: str) -> None:
+        """Name the methods that hold the tensor work of `update` (its draws and schedules stay outside): with
+        `compile: true` each becomes one compiled graph (`compile_update`; Adam's state is created first), and a
+        seed-batch (`robolearn.algos.offline.seeds.SeedBatch`) runs each vmapped over its seeds."""
+        self.graph_methods = names
         if self.compiled:
             self._ensure_adam_state()
             for name in names:
-                setattr(self, name, compile_update(getattr(self, name)))
+                setattr(self, name, compile_update(getattr(self, name), self.device))
 
     def _ensure_adam_state(self) -> None:
         """A compiled update needs Adam's state to exist (a graph cannot create it), also after a restore."""

@@ -28,6 +28,7 @@ class BCConfig:
     actor_lr: float = 3e-4         # CORL: torch.optim.Adam(actor.parameters(), lr=3e-4)
     batch_size: int = 256          # CORL batch_size: 256
     gamma: float = 0.99            # CORL discount: 0.99 (BC does not use it; the buffer's discount does)
+    compile: bool = False          # torch.compile the update into one graph (`compile_update`)
 
     def validate(self) -> None:
         check(self.actor in ACTORS, f"bc.actor must be one of {ACTORS}, got {self.actor!r}")
@@ -46,6 +47,7 @@ class BC(OfflineAlgo):
         self.actor = make_actor(cfg.actor, obs_dim, num_actions, cfg).to(self.device)
         self._optimizers = {"actor": adam(self.actor.parameters(), cfg.actor_lr)}
         self._describe(cfg.actor)
+        self._update_graphs("_fit")
 
     def actor_loss(self, batch: dict[str, Any]) -> torch.Tensor:
         """mean((pi(s) - a)^2) over batch and action dimensions, or -mean(log pi(a|s)) for a tanh-Gaussian."""
@@ -56,8 +58,10 @@ class BC(OfflineAlgo):
 
     def update(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         self.updates += 1
-        loss = self.actor_loss(batch)
-        self._step(self._optimizers["actor"], loss)
+        return self._fit(batch)
+
+    def _fit(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        loss = self._step(self._optimizers["actor"], lambda: self.actor_loss(batch))
         return {"actor_loss": loss.detach()}
 
 

@@ -110,7 +110,7 @@ class CQL(OfflineAlgo):
         if cfg.cql_lagrange:
             self._optimizers["alpha_prime"] = adam([self.log_alpha_prime], cfg.critic_lr)
         self._describe("tanh_gaussian")
-        self._compile_updates("_fit")
+        self._update_graphs("_fit")
 
     def _networks(self) -> dict[str, torch.nn.Module]:
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target}
@@ -207,18 +207,21 @@ class CQL(OfflineAlgo):
         gap = diff.mean(-1)                                              # [E]
 
         if cfg.cql_lagrange:
-            alpha_prime = self.alpha_prime
-            conservative = alpha_prime.detach() * cfg.cql_alpha * (gap - cfg.cql_target_action_gap)
-            alpha_prime_loss = -(alpha_prime * cfg.cql_alpha * (gap.detach() - cfg.cql_target_action_gap)).mean()
+            alpha_prime = self.alpha_prime.detach()
+            conservative = alpha_prime * cfg.cql_alpha * (gap - cfg.cql_target_action_gap)
         else:
             alpha_prime = torch.zeros((), device=self.device)
             conservative = cfg.cql_alpha * gap
-            alpha_prime_loss = torch.zeros((), device=self.device)
         loss = td_loss + conservative.sum()
         stats.update({"critic_loss": loss.detach(), "td_loss": td_loss.detach(), "cql_gap": gap.detach().mean(),
-                      "q_mean": q.detach().mean(), "q_random": q_random.detach().mean(),
-                      "alpha_prime": alpha_prime.detach(), "alpha_prime_loss": alpha_prime_loss.detach()})
-        return loss, alpha_prime_loss, stats
+                      "q_mean": q.detach().mean(), "q_random": q_random.detach().mean(), "alpha_prime": alpha_prime,
+                      "alpha_prime_loss": torch.zeros((), device=self.device)})
+        return loss, gap.detach(), stats
+
+    def alpha_prime_loss(self, gap: torch.Tensor) -> torch.Tensor:
+        """alpha' 's Lagrange loss -mean_i alpha' * alpha_cql * (gap_i - target_gap) on the critics' gaps [E]."""
+        cfg = self.cfg
+        return -(self.alpha_prime * cfg.cql_alpha * (gap - cfg.cql_target_action_gap)).mean()
 
     def actor_loss(self, batch: dict[str, Any], noise: torch.Tensor, alpha: torch.Tensor, bc_phase: bool = False
                    ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -241,7 +244,7 @@ class CQL(OfflineAlgo):
         """Critic, alpha' (Lagrange), actor and temperature steps on one batch, then the Polyak update. The draws
         happen here, the tensor work in `_fit` (one graph with `compile: true`)."""
         self._ensure_adam_state()  # a restore may have replaced it with an empty state
-        draws = self.draw(batch["actions"].shape[0], generator)
+        draws = self._draws(batch, generator)
         # this step's temperature, before its own update; `updates` counts the steps before this one
         stats = self._fit(batch, draws, self.alpha, self.updates < self.cfg.bc_steps)
         self.updates += 1
@@ -249,14 +252,14 @@ class CQL(OfflineAlgo):
 
     def _fit(self, batch: dict[str, Any], draws: dict[str, torch.Tensor], alpha: torch.Tensor, bc_phase: bool
              ) -> dict[str, torch.Tensor]:
-        critic_loss, alpha_prime_loss, stats = self.critic_loss(batch, draws)
-        self._step(self._optimizers["critic"], critic_loss)
+        _, gap, stats = self._step(self._optimizers["critic"], lambda: self.critic_loss(batch, draws))
         if self.cfg.cql_lagrange:
-            self._step(self._optimizers["alpha_prime"], alpha_prime_loss)
-        actor_loss, logp = self.actor_loss(batch, draws["actor"], alpha, bc_phase)
-        self._step(self._optimizers["actor"], actor_loss)
+            stats["alpha_prime_loss"] = self._step(self._optimizers["alpha_prime"],
+                                                   lambda: self.alpha_prime_loss(gap)).detach()
+        actor_loss, logp = self._step(self._optimizers["actor"],
+                                      lambda: self.actor_loss(batch, draws["actor"], alpha, bc_phase))
         if self.cfg.learn_temperature:
-            self._step(self._optimizers["alpha"], self.temperature_loss(logp))
+            self._step(self._optimizers["alpha"], lambda: self.temperature_loss(logp))
         polyak_update(self.critic_target, self.critic, self.cfg.tau)
         stats.update({"actor_loss": actor_loss.detach(), "entropy": -logp.detach().mean(), "alpha": alpha})
         return stats

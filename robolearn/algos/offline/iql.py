@@ -87,7 +87,7 @@ class IQL(OfflineAlgo):
                             "critic": adam(self.critic.parameters(), cfg.critic_lr),
                             "value": adam(self.value.parameters(), cfg.value_lr)}
         self._describe(cfg.actor)
-        self._compile_updates("_fit")
+        self._update_graphs("_fit")
 
     def _networks(self) -> dict[str, torch.nn.Module]:
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target, "value": self.value}
@@ -153,13 +153,10 @@ class IQL(OfflineAlgo):
                  "discount": discount, "next_obs": {"policy": next_obs}}
         with torch.no_grad():
             next_v = self.v(next_obs)
-        value_loss, adv = self.value_loss(batch)
-        self._step(self._optimizers["value"], value_loss)
-        critic_loss = self.critic_loss(batch, next_v)
-        self._step(self._optimizers["critic"], critic_loss)
+        value_loss, adv = self._step(self._optimizers["value"], lambda: self.value_loss(batch))
+        critic_loss = self._step(self._optimizers["critic"], lambda: self.critic_loss(batch, next_v))
         polyak_update(self.critic_target, self.critic, self.cfg.tau)
-        actor_loss, weights = self.actor_loss(batch, adv)
-        self._step(self._optimizers["actor"], actor_loss, actor_lr)
+        actor_loss, weights = self._step(self._optimizers["actor"], lambda: self.actor_loss(batch, adv), actor_lr)
         return {"value_loss": value_loss.detach(), "critic_loss": critic_loss.detach(),
                 "actor_loss": actor_loss.detach(), "adv_mean": adv.mean(), "weight_mean": weights.detach().mean()}
 

@@ -229,12 +229,11 @@ class RO2O(OfflineAlgo):
         obs = batch["obs"]["policy"]
         draws = self.draw(obs.shape[0], generator)
         stats = {"ood_reg": torch.tensor(self.ood_reg)}
-        self._step(self._optimizers["alpha"], self.alpha_loss(obs, draws["alpha"]))
+        self._step(self._optimizers["alpha"], lambda: self.alpha_loss(obs, draws["alpha"]))
         alpha = self.alpha
-        actor_loss, actor_stats = self.actor_loss(obs, draws["actor"], draws["policy_delta"], alpha)
-        self._step(self._optimizers["actor"], actor_loss)
-        critic_loss, critic_stats = self.critic_loss(batch, draws, alpha)
-        self._step(self._optimizers["critic"], critic_loss)
+        actor_loss, actor_stats = self._step(
+            self._optimizers["actor"], lambda: self.actor_loss(obs, draws["actor"], draws["policy_delta"], alpha))
+        critic_loss, critic_stats = self._step(self._optimizers["critic"], lambda: self.critic_loss(batch, draws, alpha))
         polyak_update(self.critic_target, self.critic, self.cfg.tau)
         self.updates += 1
         stats.update(actor_stats)

@@ -70,7 +70,7 @@ class TD3BC(OfflineAlgo):
         self._optimizers = {"actor": adam(self.actor.parameters(), cfg.actor_lr),
                             "critic": adam(self.critic.parameters(), cfg.critic_lr)}
         self._describe("deterministic")
-        self._compile_updates("_critic_fit", "_actor_fit")
+        self._update_graphs("_critic_fit", "_actor_fit")
 
     def _networks(self) -> dict[str, torch.nn.Module]:
         return {"actor": self.actor, "actor_target": self.actor_target,
@@ -113,19 +113,17 @@ class TD3BC(OfflineAlgo):
         The draws happen here, the tensor work in `_critic_fit` / `_actor_fit` (graphs with `compile: true`)."""
         self._ensure_adam_state()  # a restore may have replaced it with an empty state
         self.updates += 1
-        stats = self._critic_fit(batch, self.draw(batch["actions"].shape[0], generator))
+        stats = self._critic_fit(batch, self._draws(batch, generator))
         if self.updates % self.cfg.actor_every == 0:
             stats.update(self._actor_fit(batch))  # on the critic just updated, as CORL
         return stats
 
     def _critic_fit(self, batch: dict[str, Any], noise: torch.Tensor) -> dict[str, torch.Tensor]:
-        loss, stats = self.critic_loss(batch, noise)
-        self._step(self._optimizers["critic"], loss)
+        _, stats = self._step(self._optimizers["critic"], lambda: self.critic_loss(batch, noise))
         return stats
 
     def _actor_fit(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        loss, stats = self.actor_loss(batch)
-        self._step(self._optimizers["actor"], loss)
+        _, stats = self._step(self._optimizers["actor"], lambda: self.actor_loss(batch))
         polyak_update(self.critic_target, self.critic, self.cfg.tau)
         polyak_update(self.actor_target, self.actor, self.cfg.tau)
         return stats

@@ -129,8 +129,8 @@ class SAC:
         self.updates = 0
         if cfg.compile:
             self._ensure_adam_state()
-            self._critic_update = compile_update(self._critic_update)
-            self._actor_update = compile_update(self._actor_update)
+            self._critic_update = compile_update(self._critic_update, self.device)
+            self._actor_update = compile_update(self._actor_update, self.device)
         self.config = {"obs_dim": obs_dim, "critic_obs_dim": critic_obs_dim, "num_actions": num_actions,
                        "sac": {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(cfg).items()}}
 

@@ -278,8 +278,9 @@ def make_cql(cls=CQL, cfg_cls=CQLConfig, **kw):
 def test_cql_losses(kw):
     algo = make_cql(**kw)
     batch, draws = tiny_batch(), draws_for(algo)
-    loss, alpha_prime_loss, _ = algo.critic_loss(batch, draws)
+    loss, gap, _ = algo.critic_loss(batch, draws)
     expected, expected_ap = np_cql_critic_loss(algo, batch, draws)
+    alpha_prime_loss = algo.alpha_prime_loss(gap) if algo.cfg.cql_lagrange else torch.zeros(())
     assert close(loss, expected) and close(alpha_prime_loss, expected_ap)
     # actor: mean(alpha log pi - min_i Q_i(s, a)), a = tanh(mu + sigma eps); temperature: -log alpha (log pi - |A|)
     b, (mu, log_std) = np_batch(batch), algo._test_actor
