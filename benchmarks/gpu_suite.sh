@@ -72,11 +72,16 @@ run_part() {
 }
 
 # Hard limits (s), each cut to what the suite has left; the last part gets all that is left (~90 s at worst).
-if [[ -n "$QUICK" ]]; then
-  run_part mjx 150; run_part smoke 60; run_part ppo 55; run_part offpolicy 9999
-else
-  run_part mjx 175; run_part smoke 55; run_part ppo 135; run_part offpolicy 9999
-fi
+# PARTS picks and orders the parts (a rerun of what a first run's budget cut: PARTS="offpolicy mjx"
+# GPU_SUITE_SIZES=65536 SUITE_BUDGET_S=400); the part named last gets all that is left.
+PARTS="${PARTS:-mjx smoke ppo offpolicy}"
+declare -A LIMIT
+if [[ -n "$QUICK" ]]; then LIMIT=([mjx]=150 [smoke]=60 [ppo]=55 [offpolicy]=120); else
+  LIMIT=([mjx]=175 [smoke]=55 [ppo]=135 [offpolicy]=200); fi
+LAST="${PARTS##* }"
+for part in $PARTS; do
+  if [[ "$part" == "$LAST" ]]; then run_part "$part" 9999; else run_part "$part" "${LIMIT[$part]}"; fi
+done
 "$PY" benchmarks/speed/gpu_suite.py --part summary --rcs "$RCS"
 echo "gpu_suite done in $(( $(date +%s) - START )) s: $RCS"
 ls -la "$OUT"

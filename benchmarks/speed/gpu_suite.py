@@ -15,7 +15,8 @@ results. `benchmarks/gpu_suite.sh` runs the parts one process each, in this orde
 - `ppo`: `robolearn train` (PPO, cartpole-swingup, MJX, 4096 envs, the learner on the GPU) in a child process,
   stopped when the mean episode return reaches 800 or at a wall-clock cap; the curve and the time to 800.
 - `offpolicy`: SAC and IQL gradient updates/s at batch 256 with 256x256 networks on synthetic replay data, one
-  seed (S=1), eager and `compile=True`. Seed-batched learners (S=8, 64) do not exist yet: recorded as such.
+  seed (S=1), eager and `compile=True`; then IQL seed-batched (`robolearn.algos.offline.seeds.SeedBatch`, S = 1, 8,
+  64 seeds in one vmapped update), eager and compiled, as seed-updates/s. A seed-batched SAC does not exist yet.
 - `summary`: the headline numbers of every part's JSON, and each part's exit status.
 
 Every part writes `$OUT/<name>.json` (machine info included) as soon as it has something, and rewrites it as it goes.
@@ -56,6 +57,7 @@ ROBOLEARN_NAMES: dict[str, str] = {
     "SACConfig": "robolearn.algos.online.sac:SACConfig",
     "IQL": "robolearn.algos.offline.iql:IQL",
     "IQLConfig": "robolearn.algos.offline.iql:IQLConfig",
+    "SeedBatch": "robolearn.algos.offline.seeds:SeedBatch",
 }
 
 
@@ -82,17 +84,18 @@ class Settings:
     replay_size: int
     hidden: tuple[int, int]
     batch_size: int
+    seeds: tuple[int, ...]          # seed-batched IQL: the numbers of seeds S in one update
 
 
 FULL = Settings(tasks=("cartpole-swingup", "cheetah-run", "ant-velocity"), sizes=(4096, 16384, 65536),
                 bridge_task="cartpole-swingup", smoke_task="cheetah-run", smoke_steps=100, ppo_envs=4096,
                 ppo_target=800.0, ppo_cap_s=120.0, timed_s=1.0, replay_size=1_000_000, hidden=(256, 256),
-                batch_size=256)
+                batch_size=256, seeds=(1, 8, 64))
 # The cartpole everywhere on a CPU: MJX compiles take ~1 minute each there, and the parts reuse one another's
 # compiled programs through the persistent cache (same task, same num_envs).
 QUICK = Settings(tasks=("cartpole-swingup",), sizes=(16,), bridge_task="cartpole-swingup",
                  smoke_task="cartpole-swingup", smoke_steps=100, ppo_envs=16, ppo_target=800.0, ppo_cap_s=40.0,
-                 timed_s=0.3, replay_size=10_000, hidden=(256, 256), batch_size=256)
+                 timed_s=0.3, replay_size=10_000, hidden=(256, 256), batch_size=256, seeds=(2,))
 
 FILES = {"mjx": "mjx_throughput.json", "smoke": "mjx_vs_c_smoke.json", "ppo": "ppo_cartpole_swingup.json",
          "offpolicy": "offpolicy_updates.json", "summary": "summary.json"}
@@ -584,7 +587,19 @@ def part_offpolicy(s: Settings, res: Result, budget_s: float) -> None:
         if dev.type == "cuda":
             torch.cuda.synchronize()
 
-    def make(algo: str, compiled: bool) -> Callable[[], Any]:
+    def make(algo: str, compiled: bool, seeds: int = 0) -> Callable[[], Any]:
+        if seeds:  # IQL seed-batched: S learners in one vmapped update, one [S, B] draw of indices per update
+            cfg = robolearn_name("IQLConfig")(batch_size=b, actor_hidden=h, critic_hidden=h, value_hidden=h,
+                                              compile=compiled)
+            batch = robolearn_name("SeedBatch")([robolearn_name("IQL")(obs_dim, num_actions, cfg, dev)
+                                                 for _ in range(seeds)])
+
+            def update() -> Any:
+                idx = torch.randint(0, s.replay_size, (seeds, b), device=dev, generator=gen)
+                return batch.update({"obs": {"policy": data["obs"][idx]}, "next_obs": {"policy": data["next_obs"][idx]},
+                                     "actions": data["actions"][idx], "rewards": data["rewards"][idx],
+                                     "discount": data["discount"][idx]}, [None] * seeds)
+            return update
         if algo == "sac":
             sac = robolearn_name("SAC")(obs_dim, obs_dim, num_actions, robolearn_name("SACConfig")(
                 batch_size=b, actor_hidden=h, critic_hidden=h, compile=compiled), dev)
@@ -595,17 +610,19 @@ def part_offpolicy(s: Settings, res: Result, budget_s: float) -> None:
 
     res.update(device=str(dev), torch_threads=torch.get_num_threads(), obs_dim=obs_dim, num_actions=num_actions,
                batch_size=b, hidden=list(h),
-               seed_batched={"S=8": "not implemented (no seed-batched learner in robolearn yet)",
-                             "S=64": "not implemented (no seed-batched learner in robolearn yet)"},
+               seed_batched_sac="not implemented (no seed-batched online learner in robolearn yet)",
                note="one update: SAC = critic step + actor step + temperature step (update with actor_every=1, "
                     "2 critics); IQL = value + critic + actor steps. Batches are drawn on the device from a synthetic "
                     "replay of replay_size random transitions (indexing included in the timing). Rate: median of "
-                    "3 rounds after warm-up; the first update's time includes compilation.")
+                    "3 rounds after warm-up; the first update's time includes compilation. Seed-batched rows (S >= 1, "
+                    "name iql_seeds<S>_*): updates_per_s counts updates of all S seeds together, "
+                    "seed_updates_per_s = S x that.")
     rows: list[dict[str, Any]] = []
-    plan = [("sac", False), ("iql", False), ("sac", True), ("iql", True)]
+    plan = [("sac", False, 0), ("iql", False, 0), ("sac", True, 0), ("iql", True, 0)]
+    plan += [("iql", False, n) for n in s.seeds] + [("iql", True, n) for n in s.seeds if n > 1]
     seen_rate: dict[str, float] = {}
-    for algo, compiled in plan:
-        label = f"{algo}_{'compiled' if compiled else 'eager'}"
+    for algo, compiled, seeds in plan:
+        label = f"{algo}{f'_seeds{seeds}' if seeds else ''}_{'compiled' if compiled else 'eager'}"
         predicted = 4 * s.timed_s + (30.0 if compiled else 5.0)
         if elapsed() + predicted > budget_s:
             rows.append({"name": label, "skipped": f"budget: {elapsed():.0f} s spent + ~{predicted:.0f} s > "
@@ -616,7 +633,7 @@ def part_offpolicy(s: Settings, res: Result, budget_s: float) -> None:
         log(f"offpolicy: {label}")
         try:
             start = time.perf_counter()
-            update = make(algo, compiled)
+            update = make(algo, compiled, seeds)
             update()
             sync()
             first_s = time.perf_counter() - start
@@ -636,12 +653,14 @@ def part_offpolicy(s: Settings, res: Result, budget_s: float) -> None:
                     update()
                 sync()
                 rates.append(n / (time.perf_counter() - start))
-            row = {"name": label, "algo": algo, "compile": compiled, "S": 1, "updates_per_s": statistics.median(rates),
-                   "rounds": rates, "updates_per_round": n, "first_update_s": first_s}
+            rate = statistics.median(rates)
+            row = {"name": label, "algo": algo, "compile": compiled, "S": max(seeds, 1), "seed_batched": bool(seeds),
+                   "updates_per_s": rate, "seed_updates_per_s": max(seeds, 1) * rate, "rounds": rates,
+                   "updates_per_round": n, "first_update_s": first_s}
             seen_rate[label] = row["updates_per_s"]
         except Exception as e:  # compile=True on a new torch can fail; the eager numbers stay
-            row = {"name": label, "algo": algo, "compile": compiled, "error": f"{type(e).__name__}: {e}",
-                   "traceback": traceback.format_exc(limit=8)}
+            row = {"name": label, "algo": algo, "compile": compiled, "S": max(seeds, 1),
+                   "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-8000:]}
         rows.append(row)
         log(json.dumps({k: v for k, v in row.items() if k not in ("traceback", "rounds")}))
         res.update(rows=rows)
@@ -699,6 +718,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="tiny sizes, for a CPU: checks the suite end to end")
     ap.add_argument("--budget", type=float, default=120.0, help="seconds this part may take (from its start)")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or ROOT / "gpu_out"))
+    ap.add_argument("--sizes", default=os.environ.get("GPU_SUITE_SIZES", ""),
+                    help="mjx: comma-separated num_envs instead of the settings' (env GPU_SUITE_SIZES)")
     ap.add_argument("--rcs", default="", help="summary: 'part=exit_code ...' from the shell")
     ap.add_argument("overrides", nargs="*", help="train-cli: robolearn train overrides")
     args = ap.parse_args()
@@ -708,6 +729,8 @@ def main() -> int:
         part_summary(args.out, args.rcs)
         return 0
     settings = QUICK if args.quick else FULL
+    if args.sizes:  # a rerun that measures only the sizes a first run's budget cut
+        settings = dataclasses.replace(settings, sizes=tuple(sorted(int(n) for n in args.sizes.split(","))))
     res = Result(args.out, args.part, settings, args.budget)
     res.update()
     try:

@@ -233,7 +233,8 @@ class RO2O(OfflineAlgo):
         alpha = self.alpha
         actor_loss, actor_stats = self._step(
             self._optimizers["actor"], lambda: self.actor_loss(obs, draws["actor"], draws["policy_delta"], alpha))
-        critic_loss, critic_stats = self._step(self._optimizers["critic"], lambda: self.critic_loss(batch, draws, alpha))
+        critic_loss, critic_stats = self._step(self._optimizers["critic"],
+                                               lambda: self.critic_loss(batch, draws, alpha))
         polyak_update(self.critic_target, self.critic, self.cfg.tau)
         self.updates += 1
         stats.update(actor_stats)

@@ -125,6 +125,7 @@ class SeedBatch:
         # the template runs `update`; its methods are not compiled itself (the vmapped ones are, with compile: true)
         self.template = template = type(first)(first.obs_dim, first.num_actions,
                                                dataclasses.replace(first.cfg, compile=False), first.device)
+        template.compiled = first.compiled  # so `update` passes scheduled rates as tensors (graph inputs)
         for learner in (template, *learners):
             for opt in learner.optimizers.values():
                 init_adam_state(opt)
