@@ -15,7 +15,7 @@ results. `benchmarks/gpu_suite.sh` runs the parts one process each, in this orde
 - `ppo`: `robolearn train` (PPO, cartpole-swingup, MJX, 4096 envs, the learner on the GPU) in a child process,
   stopped when the mean episode return reaches 800 or at a wall-clock cap; the curve and the time to 800.
 - `offpolicy`: SAC and IQL gradient updates/s at batch 256 with 256x256 networks on synthetic replay data, one
-  seed (S=1), eager and `compile=True`; then IQL seed-batched (`robolearn.algos.offline.seeds.SeedBatch`, S = 1, 8,
+  seed (S=1), eager and `compile=True`; then IQL seed-batched (`robolearn.algos.seeds.SeedBatch`, S = 1, 8,
   64 seeds in one vmapped update), eager and compiled, as seed-updates/s. A seed-batched SAC does not exist yet.
 - `summary`: the headline numbers of every part's JSON, and each part's exit status.
 
@@ -57,7 +57,7 @@ ROBOLEARN_NAMES: dict[str, str] = {
     "SACConfig": "robolearn.algos.online.sac:SACConfig",
     "IQL": "robolearn.algos.offline.iql:IQL",
     "IQLConfig": "robolearn.algos.offline.iql:IQLConfig",
-    "SeedBatch": "robolearn.algos.offline.seeds:SeedBatch",
+    "SeedBatch": "robolearn.algos.seeds:SeedBatch",
 }
 
 

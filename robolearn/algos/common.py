@@ -5,6 +5,7 @@ step. None of an algorithm's own math lives here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -58,7 +59,7 @@ def adam_update_(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor,
 
     Written with in-place ops that `torch.func.vmap` has batching rules for (`mul_`, `add_`, `sub_`; not `lerp_` or
     `addcmul_`), so the same code steps one learner, a compiled graph, or S seeds at once inside a vmapped update
-    (`robolearn.algos.offline.seeds`). The bias corrections are computed in float32 (fused Adam uses float64): they
+    (`robolearn.algos.seeds`). The bias corrections are computed in float32 (fused Adam uses float64): they
     agree to about 1e-6 over thousands of steps.
     """
     beta1, beta2 = betas
@@ -86,6 +87,28 @@ def adam_step_(opt: torch.optim.Optimizer, grads: list[torch.Tensor], lr: torch.
             state = opt.state[p]
             adam_update_(p, next(flat), state["exp_avg"], state["exp_avg_sq"], state["step"], rate,
                          group["betas"], group["eps"])
+
+
+def gradient_step(opt: torch.optim.Optimizer, loss_fn: Callable[[], Any], compiled: bool,
+                  lr: torch.Tensor | None = None) -> Any:
+    """One step of `opt` on the gradient of the loss `loss_fn()` returns (alone, or first of a tuple) w.r.t. that
+    optimizer's parameters only; returns what `loss_fn` returned.
+
+    `torch.autograd.grad` instead of `backward()`: no gradient lands on the other networks the loss passes through
+    (the critic under the actor loss), and it traces into a compiled graph. `compiled`: the Adam step written out
+    (`adam_step_`, at `lr` if given) so that it is part of the graph; else fused Adam at the group's rate. The loss
+    comes as a function so that a seed-batch (`robolearn.algos.seeds`) can take `torch.func.grad` of it instead.
+    """
+    out = loss_fn()
+    params = [p for group in opt.param_groups for p in group["params"]]
+    grads = torch.autograd.grad(out[0] if isinstance(out, tuple) else out, params)
+    if compiled:
+        adam_step_(opt, list(grads), lr)
+        return out
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g
+    opt.step()
+    return out
 
 
 def init_adam_state(opt: torch.optim.Optimizer) -> None:

@@ -98,6 +98,7 @@ class DSRLNA(SAC):
         self.base, self.magnitude, self.noise_critic_steps = base.to(self.device), magnitude, noise_critic_steps
         self.noise_critic = super()._make_critic(critic_obs_dim, self.num_actions).to(self.device)  # on latents
         self.noise_critic_opt = torch.optim.Adam(self.noise_critic.parameters(), lr=cfg.critic_lr, fused=True)
+        self.graph_methods = ()  # its update is its own (no seed-batch)
 
     def _make_critic(self, critic_obs_dim: int, num_actions: int) -> QEnsemble:
         return super()._make_critic(critic_obs_dim, self.chunk_dim)
@@ -129,8 +130,8 @@ class DSRLNA(SAC):
                  / self.magnitude).clamp(-1.0, 1.0)
             with torch.no_grad():
                 q_a = self.critic(obs_c, self.chunk(obs, w))
-            loss = 0.5 * ((self.noise_critic(obs_c, w) - q_a) ** 2).mean(-1).sum()
-            self._step(self.noise_critic_opt, loss)
+            loss = self._step(self.noise_critic_opt,
+                              lambda w=w, q_a=q_a: 0.5 * ((self.noise_critic(obs_c, w) - q_a) ** 2).mean(-1).sum())
         stats["noise_critic_loss"] = loss.detach()
         self.updates += 1
         if self.updates % self.actor_period == 0:

@@ -30,7 +30,8 @@ from torch import nn
 from policies.actor_critic import ACTIVATIONS
 from policies.ensemble import DeterministicActor, QEnsemble, TanhGaussianActor
 from policies.normalizer import FixedNorm
-from robolearn.algos.common import adam_step_, compile_update, init_adam_state, shaped_rewards
+from robolearn.algos.common import compile_update, gradient_step, init_adam_state, shaped_rewards
+from robolearn.algos.seeds import per_seed
 from robolearn.errors import CheckpointError, ConfigError
 
 #: The actors a checkpoint may hold: `robolearn.checkpoints.policy` loads "tanh_gaussian" as a SAC and
@@ -102,16 +103,6 @@ def check_common(cfg: Any, name: str) -> None:
         check(0.0 < cfg.tau <= 1.0, f"{name}.tau must be in (0, 1], got {cfg.tau}")
     if hasattr(cfg, "num_critics"):
         check(cfg.num_critics >= 1, f"{name}.num_critics must be >= 1, got {cfg.num_critics}")
-
-
-def stack_draws(draws: list[Any]) -> Any:
-    """One draw per seed (tensors, dicts of tensors, None) stacked on a leading seed axis, same structure."""
-    first = draws[0]
-    if isinstance(first, torch.Tensor):
-        return torch.stack(draws)
-    if isinstance(first, Mapping):
-        return {k: stack_draws([d[k] for d in draws]) for k in first}
-    return first
 
 
 def jsonable(cfg: Any) -> dict[str, Any]:
@@ -194,35 +185,23 @@ class OfflineAlgo:
     def _draws(self, batch: Mapping[str, Any], generator: Any) -> Any:
         """The algorithm's random draws (`draw`) for `batch`; seed-batched (`generator` a list, one per seed, and
         the batch [S, B, ...]) each seed's from its own generator, stacked on a leading seed axis."""
-        n = batch["actions"].shape[-2]
-        if isinstance(generator, (list, tuple)):
-            return stack_draws([self.draw(n, g) for g in generator])
-        return self.draw(n, generator)
+        return per_seed(self.draw, batch["actions"].shape[-2], generator)
 
     def _step(self, opt: torch.optim.Optimizer, loss_fn: Callable[[], Any], lr: torch.Tensor | None = None) -> Any:
-        """One step of `opt` on the gradient of the loss that `loss_fn()` returns (alone, or first of a tuple) w.r.t.
-        that optimizer's parameters only (no gradient lands on the other networks the loss passes through, e.g. the
-        critic under the actor loss); returns what `loss_fn` returned. The loss is a function, not a tensor, so that
-        a seed-batched update (`robolearn.algos.offline.seeds`) can take `torch.func.grad` of it. With
-        `compile: true` the Adam step is written out (`adam_step_`, at `lr` if given) so that it traces into the
-        update's graph; else fused Adam at the group's rate."""
+        """One step of `opt` on the loss `loss_fn()` returns (`robolearn.algos.common.gradient_step`; inside a
+        seed-batch's vmapped update, the batch's functional step); returns what `loss_fn` returned."""
         if self._seed_binding is not None:
             return self._seed_binding.step(opt, loss_fn, lr)
-        out = loss_fn()
-        params = [p for group in opt.param_groups for p in group["params"]]
-        grads = torch.autograd.grad(out[0] if isinstance(out, tuple) else out, params)
-        if self.compiled:
-            adam_step_(opt, list(grads), lr)
-            return out
-        for p, g in zip(params, grads, strict=True):
-            p.grad = g
-        opt.step()
-        return out
+        return gradient_step(opt, loss_fn, self.compiled, lr)
+
+    def _seed_template(self) -> OfflineAlgo:
+        """A fresh, uncompiled learner of this one's algorithm, sizes and config: a seed-batch's template."""
+        return type(self)(self.obs_dim, self.num_actions, dataclasses.replace(self.cfg, compile=False), self.device)
 
     def _update_graphs(self, *names: str) -> None:
         """Name the methods that hold the tensor work of `update` (its draws and schedules stay outside): with
         `compile: true` each becomes one compiled graph (`compile_update`; Adam's state is created first), and a
-        seed-batch (`robolearn.algos.offline.seeds.SeedBatch`) runs each vmapped over its seeds."""
+        seed-batch (`robolearn.algos.seeds.SeedBatch`) runs each vmapped over its seeds."""
         self.graph_methods = names
         if self.compiled:
             self._ensure_adam_state()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -33,13 +34,14 @@ from robolearn.algos.base import AlgoSpec, register
 from robolearn.algos.common import (
     ACTOR_Q,
     actor_objective_q,
-    adam_step_,
     compile_update,
+    gradient_step,
     init_adam_state,
     polyak_update,
     shaped_rewards,
     subset_indices,
 )
+from robolearn.algos.seeds import per_seed
 from robolearn.core.buffers import ReplayConfig, check_replay
 from robolearn.core.losses import HLGauss
 from robolearn.errors import ConfigError
@@ -114,7 +116,7 @@ class SAC:
         self.cfg = cfg = cfg if cfg is not None else SACConfig()
         cfg.validate()
         self.device = torch.device(device)
-        self.num_actions = num_actions
+        self.obs_dim, self.critic_obs_dim, self.num_actions = obs_dim, critic_obs_dim, num_actions
         self.actor = self._make_actor(obs_dim, num_actions).to(self.device)
         self.critic = self._make_critic(critic_obs_dim, num_actions).to(self.device)
         self.critic_target = self._make_critic(critic_obs_dim, num_actions).to(self.device)
@@ -127,6 +129,9 @@ class SAC:
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr, fused=True)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.temperature_lr, fused=True)
         self.updates = 0
+        self.compiled = cfg.compile
+        self.graph_methods: tuple[str, ...] = ("_critic_update", "_actor_update")  # compiled; vmapped in a seed-batch
+        self._seed_binding: Any = None  # set by a seed-batch (`robolearn.algos.seeds`) while its update runs
         if cfg.compile:
             self._ensure_adam_state()
             self._critic_update = compile_update(self._critic_update, self.device)
@@ -174,10 +179,13 @@ class SAC:
 
     def _subset(self, generator: torch.Generator | None) -> torch.Tensor:
         cfg = self.cfg
-        return subset_indices(cfg.num_critics, cfg.num_min_critics, cfg.subset_replace, generator, self.device)
+        return per_seed(lambda _, g: subset_indices(cfg.num_critics, cfg.num_min_critics, cfg.subset_replace, g,
+                                                    self.device), 0, generator)
 
     def _noise(self, batch_size: int, generator: torch.Generator | None) -> torch.Tensor:
-        return torch.randn(batch_size, self.num_actions, generator=generator, device=self.device)
+        """[B, A] N(0, 1) draws ([S, B, A], one block per seed's generator, given a seed-batch's list)."""
+        return per_seed(lambda n, g: torch.randn(n, self.num_actions, generator=g, device=self.device),
+                        batch_size, generator)
 
     def _target_min(self, next_obs_c: torch.Tensor, next_actions: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """[B] min over the subset `idx` of the target critics at (o', a')."""
@@ -190,24 +198,16 @@ class SAC:
                 if len(opt.state) < sum(len(group["params"]) for group in opt.param_groups):
                     init_adam_state(opt)
 
-    def _step(self, opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
-        """One step of `opt` on the gradient of `loss` w.r.t. that optimizer's parameters only.
+    def _step(self, opt: torch.optim.Optimizer, loss_fn: Callable[[], Any]) -> Any:
+        """One step of `opt` on the loss `loss_fn()` returns (`robolearn.algos.common.gradient_step`; inside a
+        seed-batch's vmapped update, the batch's functional step); returns what `loss_fn` returned."""
+        if self._seed_binding is not None:
+            return self._seed_binding.step(opt, loss_fn, None)
+        return gradient_step(opt, loss_fn, self.compiled)
 
-        `torch.autograd.grad` instead of `backward()`: no gradient lands on the other networks the
-        loss passes through (the critic under the actor loss), and it traces into a compiled graph.
-        """
-        params = [p for group in opt.param_groups for p in group["params"]]
-        grads = torch.autograd.grad(loss, params)
-        if self.cfg.compile:  # the optimizer step inside the compiled graph
-            adam_step_(opt, grads)
-            return
-        for p, g in zip(params, grads, strict=True):
-            p.grad = g
-        opt.step()
-
-    def _critic_step(self, obs_c: torch.Tensor, actions: torch.Tensor, target: torch.Tensor
-                     ) -> dict[str, torch.Tensor]:
-        """One optimizer step of every critic towards `target` (squared error or HL-Gauss cross-entropy)."""
+    def _critic_loss(self, obs_c: torch.Tensor, actions: torch.Tensor, target: torch.Tensor
+                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Every critic's loss towards `target` (squared error or HL-Gauss cross-entropy), summed; statistics."""
         out = self.critic(obs_c, actions)
         if self.hl is not None:
             loss = self.hl.loss(out, target.expand(self.cfg.num_critics, -1)).mean(-1).sum()
@@ -215,9 +215,12 @@ class SAC:
         else:
             loss = 0.5 * ((out - target) ** 2).mean(-1).sum()
             q = out.detach()
-        stats = {"critic_loss": loss.detach().clone(), "q_mean": q.mean()}
-        self._step(self.critic_opt, loss)
-        return stats
+        return loss, {"critic_loss": loss.detach().clone(), "q_mean": q.mean()}
+
+    def _critic_step(self, obs_c: torch.Tensor, actions: torch.Tensor, target: torch.Tensor
+                     ) -> dict[str, torch.Tensor]:
+        """One optimizer step of every critic towards `target`."""
+        return self._step(self.critic_opt, lambda: self._critic_loss(obs_c, actions, target))[1]
 
     def update(self, batch: dict[str, Any], generator: torch.Generator | None = None
                       ) -> dict[str, torch.Tensor]:
@@ -229,7 +232,7 @@ class SAC:
         """
         self._ensure_adam_state()  # a restore may have replaced it with an empty state
         next_policy = batch["next_obs"]["policy"]
-        noise, idx = self._noise(next_policy.shape[0], generator), self._subset(generator)
+        noise, idx = self._noise(next_policy.shape[-2], generator), self._subset(generator)
         rewards = batch["rewards"]
         steps = batch.get("steps")  # rewards summed per sample (n-step); a batch without it holds 1-step rewards
         steps = torch.ones_like(rewards) if steps is None else steps
@@ -265,7 +268,7 @@ class SAC:
                      ) -> dict[str, torch.Tensor]:
         """One actor (and temperature) step on a minibatch."""
         policy_obs = batch["obs"]["policy"]
-        noise = self._noise(policy_obs.shape[0], generator)
+        noise = self._noise(policy_obs.shape[-2], generator)
         return self._actor_update(policy_obs, self.critic_obs(batch["obs"]), noise)
 
     def _policy_q(self, obs_c: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -274,17 +277,31 @@ class SAC:
 
     def _actor_update(self, obs: torch.Tensor, obs_c: torch.Tensor, noise: torch.Tensor) -> dict[str, torch.Tensor]:
         """Maximise E[Q(s, a) - alpha log pi(a|s)] (Q as `actor_q` says), then fit the temperature."""
-        actions, logp = self.actor.sample(obs, noise=noise)
-        q = actor_objective_q(self._policy_q(obs_c, actions), self.cfg.actor_q)
-        loss = (self.alpha * logp - q).mean()
+        def actor_loss() -> tuple[torch.Tensor, torch.Tensor]:
+            actions, logp = self.actor.sample(obs, noise=noise)
+            q = actor_objective_q(self._policy_q(obs_c, actions), self.cfg.actor_q)
+            return (self.alpha * logp - q).mean(), logp
+
+        loss, logp = self._step(self.actor_opt, actor_loss)
         stats = {"actor_loss": loss.detach().clone(), "entropy": -logp.detach().mean()}
-        self._step(self.actor_opt, loss)
         if self.cfg.learn_temperature:
-            self._step(self.alpha_opt, -(self.log_alpha * (logp.detach() + self.target_entropy)).mean())
+            self._step(self.alpha_opt, lambda: -(self.log_alpha * (logp.detach() + self.target_entropy)).mean())
         stats["alpha"] = self.alpha
         return stats
 
     # --- checkpoints ----------------------------------------------------------------------------
+    def _networks(self) -> dict[str, torch.nn.Module]:
+        """Every learned network by name (what `model_state` saves, what a seed-batch stacks)."""
+        return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target}
+
+    def _scalars(self) -> dict[str, torch.Tensor]:
+        return {"log_alpha": self.log_alpha}
+
+    def _seed_template(self) -> SAC:
+        """A fresh, uncompiled learner of this one's class, sizes and config: a seed-batch's template."""
+        return type(self)(self.obs_dim, self.critic_obs_dim, self.num_actions,
+                          dataclasses.replace(self.cfg, compile=False), self.device)
+
     def model_state(self) -> dict[str, torch.Tensor]:
         """Every learned tensor (actor, critics, targets, temperature) for `model.safetensors`."""
         state = {f"actor.{k}": v for k, v in self.actor.state_dict().items()}

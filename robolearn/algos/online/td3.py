@@ -74,10 +74,9 @@ class TD3(SAC):
                       ) -> dict[str, torch.Tensor]:
         """Maximise Q(s, mu(s)) as `actor_q` says (default: the first critic, as the original TD3);
         then the delayed Polyak update of both targets. The actor is deterministic: no `noise`."""
-        q = actor_objective_q(self._q_values(self.critic(obs_c, self.actor(obs))), self.cfg.actor_q)
-        loss = -q.mean()
+        loss = self._step(self.actor_opt, lambda: -actor_objective_q(
+            self._q_values(self.critic(obs_c, self.actor(obs))), self.cfg.actor_q).mean())
         stats = {"actor_loss": loss.detach().clone()}
-        self._step(self.actor_opt, loss)
         polyak_update(self.critic_target, self.critic, self.cfg.tau)
         polyak_update(self.actor_target, self.actor, self.cfg.tau)
         return stats
@@ -94,6 +93,12 @@ class TD3(SAC):
     @property
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"actor": self.actor_opt, "critic": self.critic_opt}
+
+    def _networks(self) -> dict[str, torch.nn.Module]:
+        return {**super()._networks(), "actor_target": self.actor_target}
+
+    def _scalars(self) -> dict[str, torch.Tensor]:
+        return {}  # no temperature
 
 
 register(AlgoSpec("td3", TD3Config, "robolearn.algos.online.td3:TD3", runner="off_policy", actor="deterministic"))

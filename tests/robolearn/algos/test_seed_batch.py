@@ -1,4 +1,4 @@
-"""A seed-batch (`robolearn.algos.offline.seeds.SeedBatch`) trains each seed exactly as its solo run would."""
+"""A seed-batch (`robolearn.algos.seeds.SeedBatch`) trains each seed exactly as its solo run would."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from robolearn.algos import base as algos
-from robolearn.algos.offline.seeds import SeedBatch, stack_batches
+from robolearn.algos.seeds import SeedBatch, stack_batches
 from robolearn.errors import ConfigError
 
 D, A, B, S = 5, 2, 16, 3
@@ -87,3 +87,30 @@ def test_refuses_mixed_learners_and_algorithms_without_a_batched_update():
         SeedBatch([spec.learner_class()(D, A, spec.config(actor_lr=1e-3)), spec.learner_class()(D, A, spec.config())])
     with pytest.raises(ConfigError, match="no seed-batched update"):
         SeedBatch([algos.spec("ro2o").learner_class()(D, A, algos.spec("ro2o").config())])
+
+
+ONLINE = {"sac": {**SMALL, "num_critics": 4, "num_min_critics": 2, "actor_every": 2},
+          "td3": {**SMALL, "actor_every": 2}}
+
+
+@pytest.mark.parametrize("name", sorted(ONLINE))
+def test_online_learners_follow_their_solo_runs(name):
+    """SAC (random subsets of target critics, a learned temperature) and TD3 (smoothing noise, delayed actor)."""
+    spec = algos.spec(name)
+    batched = []
+    for k in range(S):
+        torch.manual_seed(k)
+        batched.append(spec.learner_class()(D, D, A, spec.config(**ONLINE[name])))
+    solo = [copy.deepcopy(learner) for learner in batched]
+    seeds = SeedBatch(batched)
+    batch_gens = [torch.Generator().manual_seed(100 + k) for k in range(S)]
+    draws_batched = [torch.Generator().manual_seed(200 + k) for k in range(S)]
+    draws_solo = [torch.Generator().manual_seed(200 + k) for k in range(S)]
+    for _ in range(10):
+        batches = [batch(g) for g in batch_gens]
+        stats = seeds.update(stack_batches(batches), draws_batched)
+        solo_stats = [solo[k].update(batches[k], draws_solo[k]) for k in range(S)]
+    for k in range(S):
+        assert max_difference(batched[k], solo[k]) < 1e-5, (name, k)
+        for key, value in solo_stats[k].items():
+            assert torch.allclose(stats[key][k], value, atol=1e-4, rtol=1e-4), (name, key)

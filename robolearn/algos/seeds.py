@@ -1,27 +1,29 @@
-"""Seed-batched offline learning: S seeds of one algorithm trained in one process by one vmapped update.
+"""Seed-batched learning: S seeds of one algorithm trained in one process by one vmapped update.
 
-A benchmark table needs several seeds per cell, and at the networks offline RL uses (2 x 256) one seed's update
-is a chain of small matrix products that leaves most of a CPU core or a GPU idle. A `SeedBatch` trains S learners
-of one algorithm and config as if each ran alone:
+A benchmark table needs several seeds per cell, and at the networks off-policy and offline RL use (2 x 256) one
+seed's update is a chain of small matrix products that leaves most of a GPU idle. A `SeedBatch` trains S learners
+of one algorithm and config as if each ran alone (the offline learners, `robolearn.algos.offline.base.OfflineAlgo`,
+and SAC / TD3, `robolearn.algos.online.sac.SAC`):
 
 - every learned tensor of the S learners (network parameters and buffers, learned scalars such as log-temperatures,
   Adam's moments and step counts) is stacked on a new leading seed axis, and each learner's own tensors become views
   of its row, so acting, evaluating and checkpointing one seed (`learners[k]`) reads the live values;
 - `update(batch, generators)` takes one batch per seed ([S, B, ...]) and one generator per seed. The algorithm's own
   `update` runs once on a template learner whose tensors are the stacks: its schedules and draws happen as usual
-  (each seed's draws from its own generator), and each method it names in `_update_graphs` (the tensor work) runs
-  under `torch.func.vmap` over the seed axis. Inside, every network is bound to its seed's row, `_step` takes
-  `torch.func.grad` of the loss in that optimizer's parameters, and `adam_update_` writes the step into the row.
+  (each seed's draws from its own generator, `per_seed`), and each method it lists in `graph_methods` (the tensor
+  work, what `compile: true` compiles) runs under `torch.func.vmap` over the seed axis. Inside, every network is
+  bound to its seed's row, `_step` takes `torch.func.grad` of the loss in that optimizer's parameters, and
+  `adam_update_` writes the step into the row.
 
 Adam is elementwise and each seed's losses read only its own row, so seed k follows its solo run with the same
 batches and draws, to float rounding (tests/robolearn/algos/test_seed_batch.py). The matrix products become
-batched ones ([S, B, in] x [S, in, out]), which is where the speed comes from
-(`benchmarks/speed/seed_batch.py`). With `compile: true` the vmapped methods are compiled (`compile_update`).
+batched ones ([S, B, in] x [S, in, out]): on a GPU, one launch does the work of S
+(`benchmarks/speed/gpu_suite.py`, part offpolicy). With `compile: true` the vmapped methods are compiled
+(`compile_update`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -30,14 +32,35 @@ import torch
 from torch import nn
 
 from robolearn.algos.common import adam_update_, compile_update, init_adam_state
-from robolearn.algos.offline.base import OfflineAlgo
 from robolearn.errors import ConfigError
+
+#: A learner a seed-batch can hold: `_networks()` and `_scalars()` (every learned tensor), `optimizers`,
+#: `graph_methods`, `_seed_template()`, `_seed_binding`, `cfg`, `compiled`, `device`, `updates`, `update`.
+Learner = Any
 
 #: The Adam state a seed-batch stacks for each optimised tensor (`torch.optim.Adam`'s own keys).
 ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
 
 
-def named_tensors(learner: OfflineAlgo) -> dict[str, tuple[Any, str, str, torch.Tensor]]:
+def per_seed(draw: Callable[..., Any], batch_size: int, generator: Any) -> Any:
+    """`draw(batch_size, generator)`; with a list of generators (one per seed, in a seed-batch) each seed's draw
+    from its own generator, stacked on a leading seed axis (each generator sees the draws its solo run would)."""
+    if isinstance(generator, (list, tuple)):
+        return stack_draws([draw(batch_size, g) for g in generator])
+    return draw(batch_size, generator)
+
+
+def stack_draws(draws: list[Any]) -> Any:
+    """One draw per seed (tensors, dicts of tensors, None) stacked on a leading seed axis, same structure."""
+    first = draws[0]
+    if isinstance(first, torch.Tensor):
+        return torch.stack(draws)
+    if isinstance(first, dict):
+        return {k: stack_draws([d[k] for d in draws]) for k in first}
+    return first
+
+
+def named_tensors(learner: Learner) -> dict[str, tuple[Any, str, str, torch.Tensor]]:
     """Every learned tensor of `learner` by a stable name: (owner, kind, attribute, tensor), kind "param" or
     "buffer" of a module, or "scalar" (an attribute of the learner itself, `_scalars`)."""
     out: dict[str, tuple[Any, str, str, torch.Tensor]] = {}
@@ -92,7 +115,7 @@ class _Binding:
                     (owner._parameters if kind == "param" else owner._buffers)[attr] = old
 
     def step(self, opt: torch.optim.Optimizer, loss_fn: Callable[[], Any], lr: torch.Tensor | None) -> Any:
-        """`OfflineAlgo._step` for one seed inside the vmap: grad of `loss_fn` in `opt`'s tensors, then Adam."""
+        """A learner's `_step` for one seed inside the vmap: grad of `loss_fn` in `opt`'s tensors, then Adam."""
         names = [self.names[id(p)] for group in opt.param_groups for p in group["params"]]
 
         def loss_of(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
@@ -113,7 +136,7 @@ class _Binding:
 class SeedBatch:
     """S learners of one algorithm and config trained in lockstep by one vmapped update (see the module doc)."""
 
-    def __init__(self, learners: list[OfflineAlgo]):
+    def __init__(self, learners: list[Learner]):
         if not learners:
             raise ConfigError("a seed-batch needs at least one learner")
         first = learners[0]
@@ -123,8 +146,7 @@ class SeedBatch:
             raise ConfigError("a seed-batch's learners must share one algorithm and config (they differ by seed)")
         self.learners = learners
         # the template runs `update`; its methods are not compiled itself (the vmapped ones are, with compile: true)
-        self.template = template = type(first)(first.obs_dim, first.num_actions,
-                                               dataclasses.replace(first.cfg, compile=False), first.device)
+        self.template = template = first._seed_template()
         template.compiled = first.compiled  # so `update` passes scheduled rates as tensors (graph inputs)
         for learner in (template, *learners):
             for opt in learner.optimizers.values():
@@ -137,7 +159,7 @@ class SeedBatch:
     def num_seeds(self) -> int:
         return len(self.learners)
 
-    def _stack(self, learners: list[OfflineAlgo], template: OfflineAlgo) -> dict[str, torch.Tensor]:
+    def _stack(self, learners: list[Learner], template: Learner) -> dict[str, torch.Tensor]:
         """Stack every learned tensor and Adam state on a seed axis; make the template hold the stacks and each
         learner a view of its row (`.data` rebinding, so modules and optimizers keep their tensor objects)."""
         per_learner = [self._tensors(learner) for learner in learners]
@@ -150,7 +172,7 @@ class SeedBatch:
         return stacks
 
     @staticmethod
-    def _tensors(learner: OfflineAlgo) -> dict[str, torch.Tensor]:
+    def _tensors(learner: Learner) -> dict[str, torch.Tensor]:
         """Every tensor a seed-batch stacks, by name: the learned ones and each optimised tensor's Adam state."""
         named = named_tensors(learner)
         out = {name: t for name, (_, _, _, t) in named.items()}
