@@ -77,7 +77,7 @@ run_part() {
 PARTS="${PARTS:-mjx smoke ppo offpolicy}"
 declare -A LIMIT
 if [[ -n "$QUICK" ]]; then LIMIT=([mjx]=150 [smoke]=60 [ppo]=55 [offpolicy]=120); else
-  LIMIT=([mjx]=175 [smoke]=55 [ppo]=135 [offpolicy]=200); fi
+  LIMIT=([mjx]=175 [smoke]=55 [ppo]=135 [offpolicy]=300); fi
 LAST="${PARTS##* }"
 for part in $PARTS; do
   if [[ "$part" == "$LAST" ]]; then run_part "$part" 9999; else run_part "$part" "${LIMIT[$part]}"; fi

@@ -15,8 +15,8 @@ results. `benchmarks/gpu_suite.sh` runs the parts one process each, in this orde
 - `ppo`: `robolearn train` (PPO, cartpole-swingup, MJX, 4096 envs, the learner on the GPU) in a child process,
   stopped when the mean episode return reaches 800 or at a wall-clock cap; the curve and the time to 800.
 - `offpolicy`: SAC and IQL gradient updates/s at batch 256 with 256x256 networks on synthetic replay data, one
-  seed (S=1), eager and `compile=True`; then IQL seed-batched (`robolearn.algos.seeds.SeedBatch`, S = 1, 8,
-  64 seeds in one vmapped update), eager and compiled, as seed-updates/s. A seed-batched SAC does not exist yet.
+  seed (S=1), eager and `compile=True`; then IQL and SAC seed-batched (`robolearn.algos.seeds.SeedBatch`, S = 1,
+  8, 64 seeds in one vmapped update), eager and compiled, as seed-updates/s.
 - `summary`: the headline numbers of every part's JSON, and each part's exit status.
 
 Every part writes `$OUT/<name>.json` (machine info included) as soon as it has something, and rewrites it as it goes.
@@ -587,18 +587,23 @@ def part_offpolicy(s: Settings, res: Result, budget_s: float) -> None:
         if dev.type == "cuda":
             torch.cuda.synchronize()
 
-    def make(algo: str, compiled: bool, seeds: int = 0) -> Callable[[], Any]:
-        if seeds:  # IQL seed-batched: S learners in one vmapped update, one [S, B] draw of indices per update
-            cfg = robolearn_name("IQLConfig")(batch_size=b, actor_hidden=h, critic_hidden=h, value_hidden=h,
-                                              compile=compiled)
-            batch = robolearn_name("SeedBatch")([robolearn_name("IQL")(obs_dim, num_actions, cfg, dev)
-                                                 for _ in range(seeds)])
+    def make(algo: str, compiled: bool, seeds: int = 0, cuda_graphs: bool = False) -> Callable[[], Any]:
+        if seeds:  # seed-batched: S learners in one vmapped update, one [S, B] draw of indices per update
+            if algo == "sac":
+                cfg = robolearn_name("SACConfig")(batch_size=b, actor_hidden=h, critic_hidden=h, compile=compiled)
+                learners = [robolearn_name("SAC")(obs_dim, obs_dim, num_actions, cfg, dev) for _ in range(seeds)]
+            else:
+                cfg = robolearn_name("IQLConfig")(batch_size=b, actor_hidden=h, critic_hidden=h, value_hidden=h,
+                                                  compile=compiled)
+                learners = [robolearn_name("IQL")(obs_dim, num_actions, cfg, dev) for _ in range(seeds)]
+            batch = robolearn_name("SeedBatch")(learners, cuda_graphs=cuda_graphs)
+            gens = [torch.Generator(device=dev).manual_seed(k) for k in range(seeds)]
 
             def update() -> Any:
                 idx = torch.randint(0, s.replay_size, (seeds, b), device=dev, generator=gen)
                 return batch.update({"obs": {"policy": data["obs"][idx]}, "next_obs": {"policy": data["next_obs"][idx]},
                                      "actions": data["actions"][idx], "rewards": data["rewards"][idx],
-                                     "discount": data["discount"][idx]}, [None] * seeds)
+                                     "discount": data["discount"][idx]}, gens)
             return update
         if algo == "sac":
             sac = robolearn_name("SAC")(obs_dim, obs_dim, num_actions, robolearn_name("SACConfig")(
@@ -610,19 +615,24 @@ def part_offpolicy(s: Settings, res: Result, budget_s: float) -> None:
 
     res.update(device=str(dev), torch_threads=torch.get_num_threads(), obs_dim=obs_dim, num_actions=num_actions,
                batch_size=b, hidden=list(h),
-               seed_batched_sac="not implemented (no seed-batched online learner in robolearn yet)",
                note="one update: SAC = critic step + actor step + temperature step (update with actor_every=1, "
                     "2 critics); IQL = value + critic + actor steps. Batches are drawn on the device from a synthetic "
                     "replay of replay_size random transitions (indexing included in the timing). Rate: median of "
                     "3 rounds after warm-up; the first update's time includes compilation. Seed-batched rows (S >= 1, "
-                    "name iql_seeds<S>_*): updates_per_s counts updates of all S seeds together, "
+                    "name <algo>_seeds<S>_*): updates_per_s counts updates of all S seeds together, "
                     "seed_updates_per_s = S x that.")
     rows: list[dict[str, Any]] = []
-    plan = [("sac", False, 0), ("iql", False, 0), ("sac", True, 0), ("iql", True, 0)]
-    plan += [("iql", False, n) for n in s.seeds] + [("iql", True, n) for n in s.seeds if n > 1]
+    plan = [("sac", False, 0, False), ("iql", False, 0, False), ("sac", True, 0, False), ("iql", True, 0, False)]
+    # seed-batched: every eager row first, then the compiled ones largest S first (each compile costs ~30 s), then
+    # CUDA-graph replay of the compiled update (a GPU only) at the largest and smallest S
+    plan += [(algo, False, n, False) for algo in ("iql", "sac") for n in s.seeds]
+    plan += [(algo, True, n, False) for n in sorted(s.seeds, reverse=True) if n > 1 for algo in ("iql", "sac")]
+    if dev.type == "cuda":
+        plan += [(algo, True, n, True) for n in (max(s.seeds), min(s.seeds)) for algo in ("iql", "sac")]
     seen_rate: dict[str, float] = {}
-    for algo, compiled, seeds in plan:
-        label = f"{algo}{f'_seeds{seeds}' if seeds else ''}_{'compiled' if compiled else 'eager'}"
+    for algo, compiled, seeds, graphs in plan:
+        mode = "cudagraphs" if graphs else "compiled" if compiled else "eager"
+        label = f"{algo}{f'_seeds{seeds}' if seeds else ''}_{mode}"
         predicted = 4 * s.timed_s + (30.0 if compiled else 5.0)
         if elapsed() + predicted > budget_s:
             rows.append({"name": label, "skipped": f"budget: {elapsed():.0f} s spent + ~{predicted:.0f} s > "
@@ -633,7 +643,7 @@ def part_offpolicy(s: Settings, res: Result, budget_s: float) -> None:
         log(f"offpolicy: {label}")
         try:
             start = time.perf_counter()
-            update = make(algo, compiled, seeds)
+            update = make(algo, compiled, seeds, graphs)
             update()
             sync()
             first_s = time.perf_counter() - start
@@ -654,7 +664,8 @@ def part_offpolicy(s: Settings, res: Result, budget_s: float) -> None:
                 sync()
                 rates.append(n / (time.perf_counter() - start))
             rate = statistics.median(rates)
-            row = {"name": label, "algo": algo, "compile": compiled, "S": max(seeds, 1), "seed_batched": bool(seeds),
+            row = {"name": label, "algo": algo, "compile": compiled, "cuda_graphs": graphs, "S": max(seeds, 1),
+                   "seed_batched": bool(seeds),
                    "updates_per_s": rate, "seed_updates_per_s": max(seeds, 1) * rate, "rounds": rates,
                    "updates_per_round": n, "first_update_s": first_s}
             seen_rate[label] = row["updates_per_s"]

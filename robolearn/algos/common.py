@@ -120,20 +120,23 @@ def init_adam_state(opt: torch.optim.Optimizer) -> None:
                                     exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
 
 
-def compile_update(fn: Any, device: str | torch.device | None = None) -> Any:
+def compile_update(fn: Any, device: str | torch.device | None = None, cuda_graphs: bool = False) -> Any:
     """`torch.compile` of one whole update: forward, `torch.autograd.grad`, Adam step, Polyak.
 
     Tracing the gradient and the optimizer step into the graph is what pays: on one CPU core it
     measured 2.3-3x the eager update at 64x64 networks and 1.3x at 256x256
     (`benchmarks/speed/offpolicy_fused_ops.py`, `benchmarks/peers/sac_vs_peers.py sac.compile=true`); compiling takes
-    tens of seconds per graph.
+    tens of seconds per graph. `cuda_graphs` (a CUDA device only): Inductor's "reduce-overhead" mode, which replays
+    the graph's kernels as one CUDA graph; the tensors the update writes in place must have static addresses
+    (`torch._dynamo.mark_static_address`, as `robolearn.algos.seeds.SeedBatch` marks its stacks).
     """
     import torch._dynamo
 
     torch._dynamo.config.trace_autograd_ops = True  # let torch.autograd.grad become part of the graph
     if device is not None and torch.device(device).type != "cpu":
-        # cpp_wrapper fails in Inductor on CUDA (torch 2.11, H200: an AssertionError in compile_to_module)
-        return torch.compile(fn)
+        # no cpp_wrapper on CUDA: with it, both compiled updates failed in Inductor (AssertionError in
+        # compile_to_module) under torch 2.11 on an H200 (benchmarks/results/gpu_suite_h200/run2)
+        return torch.compile(fn, mode="reduce-overhead" if cuda_graphs else None)
     # cpp_wrapper: the graph's kernel calls run from generated C++, not Python (1.4x at 64x64 on CPU)
     return torch.compile(fn, options={"cpp_wrapper": True})
 

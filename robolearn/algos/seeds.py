@@ -134,9 +134,13 @@ class _Binding:
 
 
 class SeedBatch:
-    """S learners of one algorithm and config trained in lockstep by one vmapped update (see the module doc)."""
+    """S learners of one algorithm and config trained in lockstep by one vmapped update (see the module doc).
 
-    def __init__(self, learners: list[Learner]):
+    `cuda_graphs`: with compiled learners on a CUDA device, the vmapped update is captured and replayed as a CUDA
+    graph (`compile_update`), its launches one replay.
+    """
+
+    def __init__(self, learners: list[Learner], cuda_graphs: bool = False):
         if not learners:
             raise ConfigError("a seed-batch needs at least one learner")
         first = learners[0]
@@ -152,6 +156,10 @@ class SeedBatch:
             for opt in learner.optimizers.values():
                 init_adam_state(opt)
         self.stacks = self._stack(learners, template)
+        self.cuda_graphs = cuda_graphs and first.compiled and first.device.type == "cuda"
+        if self.cuda_graphs:  # the graph replays write into the stacks: they must stay where they are
+            for t in self.stacks.values():
+                torch._dynamo.mark_static_address(t)
         for name in template.graph_methods:
             setattr(template, name, self._vmapped(getattr(type(template), name), first.compiled, first.device))
 
@@ -187,10 +195,15 @@ class SeedBatch:
     def restack(self) -> None:
         """Rebuild the stacks from the learners' own tensors, after something replaced them (a checkpoint restore
         loads optimizer state as new tensors) rather than writing into them."""
-        for learner in self.learners:
+        for k, learner in enumerate(self.learners):
             for opt in learner.optimizers.values():
                 init_adam_state(opt)
-        self.stacks = self._stack(self.learners, self.template)
+            with torch.no_grad():
+                for name, t in self._tensors(learner).items():
+                    row = self.stacks[name][k]
+                    if t.data_ptr() != row.data_ptr():  # copied in: the stacks keep their addresses (CUDA graphs)
+                        row.copy_(t.detach())
+                        t.data = row
         self.template.updates = self.learners[0].updates
 
     def _vmapped(self, method: Callable[..., Any], compiled: bool, device: torch.device) -> Callable[..., Any]:
@@ -215,7 +228,7 @@ class SeedBatch:
                 lambda x: 0 if isinstance(x, torch.Tensor) and x.ndim >= 1 else None, args)
             return torch.func.vmap(one_seed, in_dims=(0, in_dims))(stacks, args)
 
-        run = compile_update(run, device) if compiled else run
+        run = compile_update(run, device, self.cuda_graphs) if compiled else run
         return lambda *args: run(self.stacks, *args)
 
     def update(self, batch: dict[str, Any], generators: list[torch.Generator | None]) -> dict[str, torch.Tensor]:
