@@ -568,6 +568,7 @@ def part_train_cli(overrides: list[str]) -> int:
 def part_offpolicy(s: Settings, res: Result, budget_s: float) -> None:
     """Updates/s of SAC and IQL (eager, compile=True) on synthetic cheetah-run-sized replay data."""
     import torch
+    import torch._dynamo
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     obs_dim, num_actions, b, h = 17, 6, s.batch_size, tuple(s.hidden)  # cheetah-run: 17 observations, 6 actions
@@ -626,7 +627,7 @@ def part_offpolicy(s: Settings, res: Result, budget_s: float) -> None:
     # seed-batched: every eager row first, then the compiled ones largest S first (each compile costs ~30 s), then
     # CUDA-graph replay of the compiled update (a GPU only) at the largest and smallest S
     plan += [(algo, False, n, False) for algo in ("iql", "sac") for n in s.seeds]
-    plan += [(algo, True, n, False) for n in sorted(s.seeds, reverse=True) if n > 1 for algo in ("iql", "sac")]
+    plan += [(algo, True, n, False) for n in sorted(s.seeds, reverse=True) for algo in ("iql", "sac")]
     if dev.type == "cuda":
         plan += [(algo, True, n, True) for n in (max(s.seeds), min(s.seeds)) for algo in ("iql", "sac")]
     seen_rate: dict[str, float] = {}
@@ -642,6 +643,8 @@ def part_offpolicy(s: Settings, res: Result, budget_s: float) -> None:
             continue
         log(f"offpolicy: {label}")
         try:
+            if compiled:  # each row's graphs from scratch: Dynamo's cache is per code object, and a row's new
+                torch._dynamo.reset()  # learners would otherwise add recompiles until it falls back to eager
             start = time.perf_counter()
             update = make(algo, compiled, seeds, graphs)
             update()

@@ -126,17 +126,18 @@ def compile_update(fn: Any, device: str | torch.device | None = None, cuda_graph
     Tracing the gradient and the optimizer step into the graph is what pays: on one CPU core it
     measured 2.3-3x the eager update at 64x64 networks and 1.3x at 256x256
     (`benchmarks/speed/offpolicy_fused_ops.py`, `benchmarks/peers/sac_vs_peers.py sac.compile=true`); compiling takes
-    tens of seconds per graph. `cuda_graphs` (a CUDA device only): Inductor's "reduce-overhead" mode, which replays
-    the graph's kernels as one CUDA graph; the tensors the update writes in place must have static addresses
+    tens of seconds per graph. `cuda_graphs` (a CUDA device only): Inductor's CUDA graphs ("reduce-overhead"), which
+    replay the graph's kernels as one CUDA graph; the tensors the update writes in place must have static addresses
     (`torch._dynamo.mark_static_address`, as `robolearn.algos.seeds.SeedBatch` marks its stacks).
     """
     import torch._dynamo
 
     torch._dynamo.config.trace_autograd_ops = True  # let torch.autograd.grad become part of the graph
     if device is not None and torch.device(device).type != "cpu":
-        # no cpp_wrapper on CUDA: with it, both compiled updates failed in Inductor (AssertionError in
-        # compile_to_module) under torch 2.11 on an H200 (benchmarks/results/gpu_suite_h200/run2)
-        return torch.compile(fn, mode="reduce-overhead" if cuda_graphs else None)
+        # Under torch 2.11 on an H200 the solo SAC and IQL graphs failed in Inductor's loop reordering during
+        # fusion (`reorder_loops_by_dep_pair`: AssertionError; benchmarks/results/gpu_suite_h200/run3_seed_batch),
+        # with and without cpp_wrapper, while the seed-batched (vmapped) graphs compiled: that pass is off here.
+        return torch.compile(fn, options={"loop_ordering_after_fusion": False, "triton.cudagraphs": cuda_graphs})
     # cpp_wrapper: the graph's kernel calls run from generated C++, not Python (1.4x at 64x64 on CPU)
     return torch.compile(fn, options={"cpp_wrapper": True})
 
