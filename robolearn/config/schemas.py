@@ -62,6 +62,7 @@ class TrainConfig:
     """`robolearn train`: the run (the task and algorithm come from the `env` and `algo` groups)."""
 
     seed: int = 0
+    seeds: list[int] | None = None  # offline: train these seeds in one process, one run each in <run_dir>/seed<k>/
     device: str = "cpu"             # the learner's torch device; the simulator picks its own (env.backend)
     iterations: int | None = None   # null: env.iterations (PPO), or from runner.env_steps / runner.gradient_steps
     checkpoint_interval: int = 25

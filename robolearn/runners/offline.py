@@ -41,6 +41,13 @@ class OfflineRunConfig:
     #                                 episode return of the dataset); CORL sets it for IQL on hopper-medium(-replay)
 
 
+def synchronized_since(start: float, device: torch.device) -> float:
+    """Seconds since `start` (a `time.perf_counter()` reading), once the device's queued work has finished."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
 class OfflineRunner(RunnerBase):
     """Samples the dataset's buffer, updates `algo`, evaluates in `env` (its envs are the evaluation episodes)."""
 
@@ -71,23 +78,28 @@ class OfflineRunner(RunnerBase):
                 start = time.perf_counter()
                 for _ in range(self.run_cfg.log_every):
                     stats.add(self.algo.update(self.buffer.sample(batch_size, self.generator), self.generator))
-                if self.device.type == "cuda":
-                    torch.cuda.synchronize(self.device)
-                update_s = time.perf_counter() - start
-                self.iteration += 1
-                self.wall_s += update_s
-                row = {"iteration": self.iteration, "gradient_steps": self.gradient_steps, "env_steps": 0,
-                       "updates_per_s": self.run_cfg.log_every / update_s, **stats.means()}
-                due = self.gradient_steps % self.run_cfg.eval_every < self.run_cfg.log_every
-                if due or self.iteration == iterations:
-                    self.last_eval = self.evaluate()
-                    row.update(self.last_eval)
-                row["wall_s"] = round(self.wall_s, 3)
-                self._record(row, rows, bar, iterations, checkpoint_interval)
+                self.end_iteration(stats.means(), synchronized_since(start, self.device), rows, bar, iterations,
+                                   checkpoint_interval)
         finally:
             if bar is not None:
                 bar.close()
         return rows
+
+    def end_iteration(self, stats: dict[str, Any], update_s: float, rows: list[dict[str, Any]], bar: Any,
+                      iterations: int, checkpoint_interval: int) -> None:
+        """Count the iteration's `log_every` updates (which took `update_s`), evaluate when due, log its row and
+        checkpoint (a seed-batch, `robolearn.runners.seeds`, calls this for each seed's run)."""
+        self.iteration += 1
+        self.wall_s += update_s
+        row = {"iteration": self.iteration, "gradient_steps": self.gradient_steps, "env_steps": 0,
+               "updates_per_s": self.run_cfg.log_every / update_s, **stats}
+        due = self.gradient_steps % self.run_cfg.eval_every < self.run_cfg.log_every
+        if due or self.iteration == iterations:
+            self.last_eval = self.evaluate()
+            row.update(self.last_eval)
+        row["wall_s"] = round(self.wall_s, 3)
+        self._record(row, rows, bar, iterations, checkpoint_interval)
+
 
     def _log(self, row: dict[str, Any]) -> None:
         self.env_steps = self.gradient_steps  # TensorBoard's x axis: gradient steps

@@ -171,6 +171,8 @@ def train(overrides: Sequence[str]) -> Path:
 
 def run_training(cfg: dict[str, Any]) -> Path:
     """Train as a composed train config says (`load_train_config`, `resume_config`); returns the run directory."""
+    if cfg.get("seeds"):
+        return run_seeds(cfg)
     resuming = bool(cfg.get("resume"))
     if resuming:
         run_dir = Path(cfg["resume"])
@@ -212,6 +214,63 @@ def run_training(cfg: dict[str, Any]) -> Path:
     if cfg["video"]:
         render_checkpoint(final, run_dir / "video.mp4")
     print(f"run directory: {run_dir}")
+    return run_dir
+
+
+def run_seeds(cfg: dict[str, Any]) -> Path:
+    """`seeds=[...]`: one offline run per seed in `<run_dir>/seed<k>/`, trained together (`robolearn.runners.seeds`);
+    returns the run directory that holds them (its `config.yaml` lists the seeds; `resume=` it to resume them all)."""
+    import copy
+
+    from robolearn.eval.evaluate import render_checkpoint
+    from robolearn.eval.plots import learning_curve
+    from robolearn.runners.seeds import SeedsRunner
+
+    resuming = bool(cfg.get("resume"))
+    if not resuming:
+        cfg = resolve_run(cfg)
+    seeds = [int(k) for k in cfg["seeds"]]
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds= lists a seed twice: {seeds}")
+    run_cfg = runner_config(cfg, online=is_online(cfg))
+    if not isinstance(run_cfg, OfflineRunConfig):
+        raise ConfigError("seeds= trains offline algorithms on a dataset (dataset=) for now; online runs (PPO, SAC, "
+                          "TD3) take one seed= each")
+    if resuming:
+        run_dir = Path(cfg["resume"])
+    else:
+        label = cfg["algo"].get("recipe", cfg["algo"]["name"])
+        run_dir = Path(cfg["run_dir"] or f"runs/{cfg['env']['name']}-{label}-seeds-{time.strftime('%Y%m%d-%H%M%S')}")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        cfg["run_dir"] = str(run_dir)
+    device = torch.device(cfg["device"])
+    runners, shared = [], {}
+    for seed in seeds:  # each seed exactly as `robolearn train seed=<seed>` builds it
+        seed_cfg = copy.deepcopy({**cfg, "seed": seed, "seeds": None, "run_dir": str(run_dir / f"seed{seed}"),
+                                  "resume": None})
+        torch.manual_seed(seed)
+        env = make_env(seed_cfg["env"], seed, num_envs=run_cfg.eval_episodes)
+        seed_cfg["env"]["policy_dt"] = cfg["env"]["policy_dt"] = float(env.task.cfg.policy_dt)
+        seed_dir = Path(seed_cfg["run_dir"])
+        seed_dir.mkdir(parents=True, exist_ok=True)
+        (seed_dir / "config.yaml").write_text(json.dumps(seed_cfg, indent=2))
+        algo_cfg = algo_config(seed_cfg["algo"], online=False)
+        runners.append(offline_runner(env, seed_cfg, algo_cfg, run_cfg, seed_dir, seed, device, shared))
+        if resuming:
+            runners[-1].restore(seed_dir / "checkpoints" / "latest")
+    (run_dir / "config.yaml").write_text(json.dumps({**cfg, "resume": None}, indent=2))
+    try:
+        SeedsRunner(runners).learn(int(cfg["iterations"]), checkpoint_interval=int(cfg["checkpoint_interval"]))
+        finals = [runner.save(runner.run_dir / "checkpoints" / "final") for runner in runners]
+    finally:
+        for runner in runners:
+            runner.close()
+            runner.env.close()
+    for runner in runners:
+        learning_curve(runner.run_dir / "metrics.jsonl", runner.run_dir / "learning_curve.png", task=cfg["env"]["name"])
+    if cfg["video"]:  # the first seed's: one video shows what the policy does
+        render_checkpoint(finals[0], runners[0].run_dir / "video.mp4")
+    print(f"run directory: {run_dir} (seeds {seeds}: {', '.join(f'seed{k}/' for k in seeds)})")
     return run_dir
 
 
@@ -307,14 +366,18 @@ def _return_range_scale(algo_cfg: Any, data: Any, path: Any) -> Any:
 
 
 def offline_runner(env: Any, cfg: dict[str, Any], algo_cfg: Any, run_cfg: OfflineRunConfig, run_dir: Path, seed: int,
-                   device: torch.device):
-    """The offline runner with its algorithm and the dataset's buffer (checked against the env)."""
+                   device: torch.device, shared: dict[str, Any] | None = None):
+    """The offline runner with its algorithm and the dataset's buffer (checked against the env). `shared`: a dict
+    the runners of one seed-batch pass along, so that the dataset is loaded and buffered once for all seeds."""
     from robolearn.data.replay import dataset_buffer
     from robolearn.data.sources import load_source
     from robolearn.eval.scores import reference_source
     from robolearn.runners.offline import OfflineRunner
 
-    path, data = load_source(cfg["dataset"])
+    shared = {} if shared is None else shared
+    if "data" not in shared:
+        shared["data"] = load_source(cfg["dataset"])
+    path, data = shared["data"]
     if run_cfg.normalize_reward:
         algo_cfg = _return_range_scale(algo_cfg, data, path)
     algo = spec(cfg["algo"]["name"]).learner_class().for_env(env, algo_cfg, device)
@@ -323,10 +386,12 @@ def offline_runner(env: Any, cfg: dict[str, Any], algo_cfg: Any, run_cfg: Offlin
         extras["mc_returns"] = torch.as_tensor(algo.dataset_returns(data.rewards, data.step_starts))
     if hasattr(algo, "dataset_next_actions"):  # ReBRAC's critic penalty: the dataset's next action
         extras["next_actions"] = torch.as_tensor(algo.dataset_next_actions(data.actions, data.step_starts))
-    buffer = dataset_buffer(data, env.observation_shapes, env.num_actions, source=path, task=env.task.name,
-                            device=str(device), gamma=algo_cfg.gamma, extras=extras)
+    if "buffer" not in shared:
+        shared["buffer"] = dataset_buffer(data, env.observation_shapes, env.num_actions, source=path,
+                                          task=env.task.name, device=str(device), gamma=algo_cfg.gamma, extras=extras)
+        print(f"dataset: {len(shared['buffer'])} transitions from {data.num_episodes} episodes in {path}")
+    buffer = shared["buffer"]
     algo.fit_state_normalizer(buffer.obs["policy"][:buffer.filled])  # normalize_states (a resume restores the same)
-    print(f"dataset: {len(buffer)} transitions from {data.num_episodes} episodes in {path}")
     reference, origin = reference_source(data.metadata, env.task.name)
     if reference is not None:
         print(f"scores: 100 * (return - {reference[0]:g}) / ({reference[1]:g} - {reference[0]:g}), the reference "

@@ -1,0 +1,80 @@
+"""`robolearn train ... seeds=[...]`: one process trains several seeds, each a run of its own equal to its solo run."""
+
+import json
+
+import pytest
+import torch
+
+from robolearn.checkpoints import checkpoint
+from robolearn.checkpoints.policy import load_policy
+from robolearn.collect.generate import CollectConfig, collect
+from robolearn.commands.cli import main
+from robolearn.config import EnvConfig
+from robolearn.data.formats import save_dataset
+
+SMALL = ["+env.overrides.episode_length=100", "runner.log_every=20", "runner.eval_every=40", "runner.eval_episodes=4",
+         "algo.batch_size=32", "algo.actor_hidden=[32,32]", "algo.critic_hidden=[32,32]", "video=false",
+         "progress=false", "checkpoint_interval=1"]
+VOLATILE = ("wall_s", "updates_per_s", "eval/seconds")
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    env = EnvConfig("point-mass", num_envs=4, backend="mujoco", overrides={"episode_length": 100})
+    data = collect(CollectConfig(env=env, kind="expert", policy="reference", noise=0.3, episodes=8, progress=False,
+                                 ref_episodes=4))
+    return save_dataset(data, tmp_path_factory.mktemp("data") / "point-mass-expert-v0", "robolearn")
+
+
+def rows(run_dir):
+    return [{k: v for k, v in json.loads(line).items() if k not in VOLATILE}
+            for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_rows_close(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.keys() == y.keys()
+        for key in x:
+            assert x[key] == pytest.approx(y[key], rel=1e-4, abs=1e-4), key
+
+
+def assert_states_close(a_dir, b_dir):
+    _, a = checkpoint.load(a_dir / "checkpoints" / "final")
+    _, b = checkpoint.load(b_dir / "checkpoints" / "final")
+    # within one Adam step (lr 3e-4): Adam turns the rounding of near-zero gradients into steps of up to lr
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=3e-4) for k in a)
+
+
+def test_each_seed_equals_its_solo_run_and_resumes(dataset, tmp_path):
+    """TD3+BC (draws: target smoothing noise) with seeds=[3,7]: each seed's metrics, evaluations and final networks
+    equal `seed=3` and `seed=7` run alone; a batch stopped after 2 iterations and resumed ends where it would have."""
+    common = ["train", "algo=td3_bc", f"dataset={dataset}", *SMALL]
+    batched, split = tmp_path / "seeds", tmp_path / "split"
+    assert main([*common, "seeds=[3,7]", f"run_dir={batched}", "iterations=4"]) == 0
+    for seed in (3, 7):
+        solo = tmp_path / f"solo{seed}"
+        assert main([*common, f"seed={seed}", f"run_dir={solo}", "iterations=4"]) == 0
+        assert_rows_close(rows(batched / f"seed{seed}"), rows(solo))
+        assert_states_close(batched / f"seed{seed}", solo)
+        assert json.loads((batched / f"seed{seed}" / "config.yaml").read_text())["seed"] == seed
+    policy = load_policy(batched / "seed7" / "checkpoints" / "final")
+    assert policy({"policy": torch.zeros(2, 4)}).shape == (2, 2)
+    assert (batched / "seed3" / "learning_curve.png").is_file()
+
+    assert main([*common, "seeds=[3,7]", f"run_dir={split}", "iterations=2"]) == 0
+    assert main(["train", f"resume={split}", "iterations=4"]) == 0
+    for seed in (3, 7):
+        assert_states_close(batched / f"seed{seed}", split / f"seed{seed}")
+        a, b = rows(batched / f"seed{seed}"), rows(split / f"seed{seed}")
+        b[1] = {k: v for k, v in b[1].items() if not k.startswith("eval/")}  # the split run evaluated where it stopped
+        a[1] = {k: v for k, v in a[1].items() if not k.startswith("eval/")}
+        assert_rows_close(a, b)
+
+
+def test_seeds_refuses_online_runs_and_repeated_seeds(dataset, tmp_path, capsys):
+    assert main(["train", "env=pendulum-swingup", "algo=sac", "seeds=[0,1]", f"run_dir={tmp_path / 'a'}",
+                 "video=false", "progress=false"]) != 0
+    assert "seeds= trains offline algorithms" in capsys.readouterr().err
+    assert main(["train", "algo=td3_bc", f"dataset={dataset}", *SMALL, "seeds=[1,1]", f"run_dir={tmp_path / 'b'}"]) != 0
+    assert "lists a seed twice" in capsys.readouterr().err
