@@ -11,7 +11,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from robolearn.bench.cells import Cell, cell_result, run_cell
+from robolearn.bench.cells import Cell, Pack, failed, run_unit
 from robolearn.errors import ConfigError
 
 BACKENDS = ("local", "ray")
@@ -31,10 +31,10 @@ def exit_with_parent(parent: int, poll_s: float = 1.0) -> None:
     threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
 
 
-def run_local(cells: Sequence[Cell], done: Callable[[dict[str, Any]], None], workers: int) -> None:
-    """The cells in a pool of spawned worker processes; `done(result)` as each finishes. A cell whose worker
-    process dies (a crash, the OOM killer) breaks the pool: the cells it took with it run again in a fresh pool,
-    twice at most."""
+def run_local(cells: Sequence[Cell | Pack], done: Callable[[dict[str, Any]], None], workers: int) -> None:
+    """The cells (or packs of cells, `robolearn.bench.cells.Pack`) in a pool of spawned worker processes;
+    `done(result)` as each cell finishes. A cell whose worker process dies (a crash, the OOM killer) breaks the pool:
+    the cells it took with it run again in a fresh pool, twice at most."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
@@ -47,20 +47,21 @@ def run_local(cells: Sequence[Cell], done: Callable[[dict[str, Any]], None], wor
         pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=context,
                                    initializer=exit_with_parent, initargs=(os.getpid(),))
         try:
-            futures = {pool.submit(run_cell, cell): cell for cell in todo}
+            futures = {pool.submit(run_unit, cell): cell for cell in todo}
             for future in as_completed(futures):
                 cell = futures[future]
                 try:
-                    result = future.result()
+                    results = future.result()
                 except BrokenProcessPool as e:
                     attempts[cell.id] += 1
                     if attempts[cell.id] < 2:
                         retry.append(cell)
                         continue
-                    result = cell_result(cell, error=f"the worker process died: {e}")
+                    results = failed(cell, f"the worker process died: {e}")
                 except Exception:
-                    result = cell_result(cell, error=traceback.format_exc())
-                done(result)
+                    results = failed(cell, traceback.format_exc())
+                for result in results:
+                    done(result)
         except BaseException:  # interrupted (Ctrl-C): stop the running cells now rather than wait for them
             for process in list((getattr(pool, "_processes", None) or {}).values()):
                 process.terminate()
@@ -70,7 +71,7 @@ def run_local(cells: Sequence[Cell], done: Callable[[dict[str, Any]], None], wor
         todo = retry
 
 
-def run_ray(cells: Sequence[Cell], done: Callable[[dict[str, Any]], None], address: str | None = None,
+def run_ray(cells: Sequence[Cell | Pack], done: Callable[[dict[str, Any]], None], address: str | None = None,
             num_cpus: int | None = None) -> None:
     """The cells as Ray tasks (one CPU each) on the Ray instance this process is connected to, else the cluster at
     `address`, else a local instance started (and stopped) here; `done(result)` as each finishes."""
@@ -86,17 +87,18 @@ def run_ray(cells: Sequence[Cell], done: Callable[[dict[str, Any]], None], addre
             ray.init(num_cpus=num_cpus or cores(), include_dashboard=False)
         started = True
     try:
-        task = ray.remote(num_cpus=1)(run_cell)
+        task = ray.remote(num_cpus=1)(run_unit)
         refs = {task.remote(cell): cell for cell in cells}
         while refs:
             ready, _ = ray.wait(list(refs), num_returns=1)
             for ref in ready:
                 cell = refs.pop(ref)
                 try:
-                    result = ray.get(ref)
+                    results = ray.get(ref)
                 except Exception:
-                    result = cell_result(cell, error=traceback.format_exc())
-                done(result)
+                    results = failed(cell, traceback.format_exc())
+                for result in results:
+                    done(result)
     finally:
         if started:
             ray.shutdown()

@@ -1,7 +1,8 @@
 """One cell of a bench suite: the training run it is (`Cell`), how a worker runs it (`run_cell`: one `robolearn
 train` or `robolearn finetune` in this process, its output to the cell's log, a failure recorded with its error),
 and its score read back from the run folder (`read_score`: the final normalised evaluation, the curve, the O2O
-metrics of a finetune cell).
+metrics of a finetune cell). Offline cells that differ only by seed can run as one `Pack` (`run_pack`: one
+`robolearn train seeds=[...]` process, `robolearn.runners.seeds`); `run_unit` runs either.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ EVAL_KEY = "eval/normalized_score"
 
 
 CELL_FILE = "bench_cell.json"  # in a cell's run folder: the overrides it started with
+PACK_FILE = "bench_pack.json"  # in a pack's run folder: the overrides (without seed=) and the seeds it started with
 
 
 @dataclasses.dataclass
@@ -43,9 +45,78 @@ class Cell:
     cwd: str                        # the directory relative paths in the overrides are relative to
     log: str
     command: str = "train"          # train | finetune
+    pack: str | None = None         # packed (`BenchConfig.pack_seeds`): the pack's run folder, this one's parent
 
     def train_args(self) -> list[str]:
         return [*self.overrides, f"run_dir={self.run_dir}"]
+
+
+@dataclasses.dataclass
+class Pack:
+    """Offline train cells that differ only by seed, run as one `robolearn train seeds=[...]` process: each cell's
+    run folder is the pack's `seed<k>/`, and one worker trains all of them with one seed-batched update."""
+
+    id: str
+    cells: list[Cell]
+    overrides: list[str]            # the cells' train overrides without `seed=`
+    run_dir: str
+    cwd: str
+    log: str
+
+    @property
+    def seeds(self) -> list[int]:
+        return [cell.seed for cell in self.cells]
+
+
+def pack_overrides(cell: Cell) -> list[str]:
+    """A cell's overrides without its `seed=` (what the cells of one pack share)."""
+    return [o for o in cell.overrides if not o.startswith("seed=")]
+
+
+def run_unit(unit: Cell | Pack) -> list[dict[str, Any]]:
+    """Run a cell or a pack in this (worker) process: the result of each of its cells."""
+    return run_pack(unit) if isinstance(unit, Pack) else [run_cell(unit)]
+
+
+def failed(unit: Cell | Pack, error: str) -> list[dict[str, Any]]:
+    """The results of a cell or a pack that could not run (its worker died): each cell failed with `error`."""
+    return [cell_result(cell, error=error) for cell in (unit.cells if isinstance(unit, Pack) else [unit])]
+
+
+def run_pack(pack: Pack) -> list[dict[str, Any]]:
+    """Train a pack's seeds in this (worker) process, one seed-batched `robolearn train seeds=[...]` (resumed when
+    its folder has every seed's checkpoint); each cell's result, all with the pack's wall time."""
+    _worker_setup()
+    start = time.time()
+    error = None
+    with contextlib.suppress(OSError):
+        if Path(pack.cwd).is_dir():
+            os.chdir(pack.cwd)
+    Path(pack.log).parent.mkdir(parents=True, exist_ok=True)
+    Path(pack.run_dir).mkdir(parents=True, exist_ok=True)
+    resume = pack_checkpoint(pack)
+    write_json(Path(pack.run_dir) / PACK_FILE, {"overrides": pack.overrides, "seeds": pack.seeds})
+    with _output_to(pack.log):
+        try:
+            from robolearn.runners.train import load_train_config, resume_config, run_training
+
+            if resume:
+                run_training(resume_config(pack.run_dir))
+            else:
+                run = load_train_config([*pack.overrides, f"seeds=[{','.join(str(k) for k in pack.seeds)}]"])
+                run["run_dir"] = pack.run_dir
+                run_training(run)
+        except Exception:
+            error = traceback.format_exc()
+            print(error, file=sys.stderr)
+    return [cell_result(cell, error=error, wall_s=time.time() - start) for cell in pack.cells]
+
+
+def pack_checkpoint(pack: Pack) -> bool:
+    """Whether a pack's run folder has what `robolearn train resume=` needs for every one of its seeds."""
+    run_dir = Path(pack.run_dir)
+    return (run_dir / "config.yaml").is_file() and all(
+        (run_dir / f"seed{k}" / "checkpoints" / "latest" / "trainer.json").is_file() for k in pack.seeds)
 
 
 def run_cell(cell: Cell) -> dict[str, Any]:

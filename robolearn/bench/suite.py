@@ -33,7 +33,10 @@ re-runs the others from scratch, except an interrupted cell with unchanged overr
 cell continues from its `checkpoints/latest` (`robolearn train resume=`; `checkpoint_interval` sets how much a
 stop loses), a `finetune` cell from its phases' last checkpoints (the overrides a cell started with are in
 `<run_dir>/bench_cell.json`).
-Worker output goes to `<out>/logs/<cell>.log`.
+Worker output goes to `<out>/logs/<cell>.log`. With `pack_seeds=true` the offline train cells (a `dataset=`) of
+one algorithm and dataset run as one pack: one `robolearn train seeds=[...]` process whose seed-batched update trains
+all their seeds at once (`robolearn.runners.seeds`; on a GPU, S seeds cost about what one does), each cell's run
+folder its `<out>/runs/<algo>__<dataset>/seed<k>/`, its log `<out>/logs/<algo>__<dataset>__seeds.log`.
 
 The score of a run is its last `eval/normalized_score` in `metrics.jsonl` (D4RL-style, 0 = random, 100 =
 reference), or else its last `mean_return` normalised the same way with the task's random and reference
@@ -55,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from robolearn.bench.backends import BACKENDS, cores, run_local, run_ray
-from robolearn.bench.cells import CELL_FILE, Cell, train_checkpoint
+from robolearn.bench.cells import CELL_FILE, PACK_FILE, Cell, Pack, pack_checkpoint, pack_overrides, train_checkpoint
 from robolearn.bench.report import write_report
 from robolearn.data.dataset import write_json
 from robolearn.errors import ConfigError
@@ -78,6 +81,8 @@ class BenchConfig:
     #                                 one per core
     ray_address: str | None = None  # backend=ray: a running cluster ("auto", "ray://host:10001"); null: start one
     report_only: bool = False       # only write the report from <out>/cells (also `robolearn bench report`)
+    pack_seeds: bool = False        # offline train cells that differ only by seed run as one seed-batched process
+    #                                 (`robolearn train seeds=[...]`): <out>/runs/<algo>__<dataset>/seed<k>/
     reps: int = 50000               # bootstrap resamples for the confidence intervals (rliable's default)
 
     def __post_init__(self) -> None:
@@ -172,11 +177,13 @@ def load_suite(path: str | Path) -> Suite:
     return suite
 
 
-def plan(suite: Suite, out: Path, overrides: Sequence[str] = ()) -> list[Cell]:
+def plan(suite: Suite, out: Path, overrides: Sequence[str] = (), pack_seeds: bool = False) -> list[Cell]:
     """Every cell of the suite, seed-major: an interrupted run has every algorithm on every dataset for its first
-    seeds, a comparison already, rather than some algorithms only."""
+    seeds, a comparison already, rather than some algorithms only. `pack_seeds`: the offline train cells of one
+    algorithm and dataset share a pack (`Cell.pack`, their run folders its `seed<k>/`) and one log."""
     out = out.resolve()
     cells = []
+    offline: dict[tuple[str, str], bool] = {}
     for seed in suite.seeds:
         for data in suite.datasets:
             for algo in suite.algos:
@@ -184,9 +191,58 @@ def plan(suite: Suite, out: Path, overrides: Sequence[str] = ()) -> list[Cell]:
                 args = ["video=false", *suite.overrides, *algo.overrides, *algo.per_dataset.get(data.name, []),
                         *data.overrides, *overrides,
                         f"seed={seed}", "progress=false"]
-                cells.append(Cell(cell_id, algo.name, data.name, int(seed), args, str(out / "runs" / cell_id),
-                                  str(Path.cwd()), str(out / "logs" / f"{cell_id}.log"), suite.command))
+                cell = Cell(cell_id, algo.name, data.name, int(seed), args, str(out / "runs" / cell_id),
+                            str(Path.cwd()), str(out / "logs" / f"{cell_id}.log"), suite.command)
+                if pack_seeds and suite.command == "train":
+                    key = (algo.name, data.name)
+                    if key not in offline:
+                        offline[key] = _offline(args)
+                    if offline[key]:
+                        pack = out / "runs" / f"{algo.name}__{data.name}"
+                        cell = dataclasses.replace(cell, run_dir=str(pack / f"seed{seed}"), pack=str(pack),
+                                                   log=str(out / "logs" / f"{algo.name}__{data.name}__seeds.log"))
+                cells.append(cell)
     return cells
+
+
+def _offline(overrides: Sequence[str]) -> bool:
+    """Whether a train cell's overrides make an offline run (a dataset=): what `robolearn train seeds=` takes."""
+    import io
+
+    from robolearn.runners.train import is_online, load_train_config
+
+    with contextlib.redirect_stdout(io.StringIO()):  # composing may print what it found of the dataset
+        return not is_online(load_train_config(overrides))
+
+
+def packs(cells: Sequence[Cell], out: Path) -> list[Cell | Pack]:
+    """The pending cells, those of one pack (`Cell.pack`) grouped into a `Pack`; the others as they are. A pack's
+    folder is kept when it can resume (the same overrides and seeds, every seed checkpointed); else its seeds'
+    folders are cleared (the finished seeds' stay)."""
+    units: list[Cell | Pack] = []
+    grouped: dict[str, list[Cell]] = {}
+    for cell in cells:
+        if cell.pack is None:
+            units.append(cell)
+        else:
+            grouped.setdefault(cell.pack, []).append(cell)
+    for run_dir, members in grouped.items():
+        first = members[0]
+        pack = Pack(Path(run_dir).name + "__seeds", members, pack_overrides(first), run_dir, first.cwd, first.log)
+        try:
+            started = json.loads((Path(run_dir) / PACK_FILE).read_text())
+        except (OSError, json.JSONDecodeError):
+            started = {}
+        resumable = (pack_checkpoint(pack) and started.get("seeds") == pack.seeds
+                     and _renamed(started.get("overrides"), "train") == pack.overrides)
+        if not resumable:
+            for cell in members:
+                shutil.rmtree(cell.run_dir, ignore_errors=True)
+            for stale in ("config.yaml", PACK_FILE):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(Path(run_dir) / stale)
+        units.append(pack)
+    return units
 
 
 def run_suite(cfg: BenchConfig) -> Path:
@@ -196,7 +252,7 @@ def run_suite(cfg: BenchConfig) -> Path:
     path = suite_path(cfg.suite)
     suite = load_suite(path)
     out = Path(cfg.out or f"bench/{path.stem}")
-    cells = plan(suite, out, cfg.overrides)
+    cells = plan(suite, out, cfg.overrides, cfg.pack_seeds)
     (out / "cells").mkdir(parents=True, exist_ok=True)
     write_json(out / "bench.json", {"suite": str(path), "name": path.stem, "overrides": list(cfg.overrides),
                                      "algos": [a.name for a in suite.algos],
@@ -209,10 +265,11 @@ def run_suite(cfg: BenchConfig) -> Path:
           + (f" ({min(workers, len(pending))} workers)" if cfg.backend == "local" and pending else "")
           + f"; output in {out}", flush=True)
     for cell in pending:
-        if Path(cell.run_dir).exists() and not _resumable(out, cell):  # a failed or changed run: start it over
-            shutil.rmtree(cell.run_dir)
+        if cell.pack is None and Path(cell.run_dir).exists() and not _resumable(out, cell):  # a failed or changed
+            shutil.rmtree(cell.run_dir)                                                       # run: start it over
         with contextlib.suppress(FileNotFoundError):
             os.remove(cell.log)
+    units = packs(pending, out)
     done = 0
 
     def finished(result: dict[str, Any]) -> None:
@@ -227,9 +284,9 @@ def run_suite(cfg: BenchConfig) -> Path:
 
     if pending:
         if cfg.backend == "ray":
-            run_ray(pending, finished, address=cfg.ray_address, num_cpus=cfg.workers)
+            run_ray(units, finished, address=cfg.ray_address, num_cpus=cfg.workers)
         else:
-            run_local(pending, finished, workers=workers)
+            run_local(units, finished, workers=workers)
     paths = write_report(out, reps=cfg.reps)
     print(f"report: {paths['report']}")
     return out

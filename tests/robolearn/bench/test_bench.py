@@ -329,3 +329,35 @@ def test_pool_workers_exit_when_the_bench_process_dies():
         time.sleep(0.2)
     os.kill(worker, 9)
     raise AssertionError("the pool worker outlived its bench process")
+
+
+def test_packed_seeds_run_as_one_process_and_score_as_unpacked(tmp_path):
+    """`pack_seeds=true`: an offline algorithm's seeds on one dataset train in one `robolearn train seeds=[...]`
+    (run folders <out>/runs/<algo>__<dataset>/seed<k>/) and score what the unpacked cells score; an online algorithm
+    of the same suite keeps one process per cell."""
+    from robolearn.collect.generate import CollectConfig, collect
+    from robolearn.config import EnvConfig
+    from robolearn.data.formats import save_dataset
+
+    env = EnvConfig("point-mass", num_envs=4, backend="mujoco", overrides={"episode_length": 100})
+    data = save_dataset(collect(CollectConfig(env=env, kind="expert", policy="reference", noise=0.3, episodes=8,
+                                              progress=False, ref_episodes=4)), tmp_path / "pm-v0", "robolearn")
+    small = ["runner.gradient_steps=40", "runner.log_every=20", "runner.eval_every=40", "runner.eval_episodes=4",
+             "algo.batch_size=32", "algo.actor_hidden=[32,32]", "algo.critic_hidden=[32,32]",
+             "+env.overrides.episode_length=100"]
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps({"algos": [{"name": "td3_bc", "overrides": ["algo=td3_bc", *small]}],
+                                "datasets": [{"name": "pm", "overrides": [f"dataset={data}"]}],
+                                "seeds": [0, 1]}))
+    scores = {}
+    for packed in (True, False):
+        out = tmp_path / f"out{packed}"
+        run_suite(BenchConfig(suite=str(path), out=str(out), workers=1, reps=100, pack_seeds=packed))
+        cells = {p.stem: json.loads(p.read_text()) for p in (out / "cells").glob("*.json")}
+        assert all(c["error"] is None for c in cells.values())
+        scores[packed] = {k: c["score"] for k, c in cells.items()}
+        if packed:
+            assert cells["td3_bc__pm__seed1"]["run_dir"] == str(out.resolve() / "runs" / "td3_bc__pm" / "seed1")
+            assert json.loads((out / "runs" / "td3_bc__pm" / "config.yaml").read_text())["seeds"] == [0, 1]
+    assert scores[True].keys() == scores[False].keys()
+    assert all(scores[True][k] == pytest.approx(scores[False][k], rel=1e-3, abs=1e-2) for k in scores[True])
