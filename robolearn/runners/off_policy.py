@@ -210,61 +210,51 @@ class OffPolicyRunner(RunnerBase):
         obs = self.env.get_observations().to(self.device)
         bar = progress_bar(self.progress, type(self.algo).__name__, iterations, self.iteration)
         try:
-            if self.eval_every and self.iteration == 0 and iterations > 0:  # the starting policy's score
-                row = {"iteration": 0, "env_steps": 0, "updates": 0, **self._episode_stats(), **self.evaluate()}
-                rows.append(row)
-                self._log(row)
-            if self.snapshot_every and self.env_steps == 0 and iterations > 0:  # the policy that acts first
-                self._snapshot()
+            self.start(rows, iterations)
             while self.iteration < iterations:
                 start = time.perf_counter()
                 before = self.env_steps
                 obs, log, update_s, updates = self._iteration(obs)
-                elapsed = time.perf_counter() - start
-                self.iteration += 1
-                steps = self.steps_per_iteration * self.env.num_envs
-                self.wall_s += elapsed
-                row = {"iteration": self.iteration, "env_steps": self.env_steps, "updates": self.updates,
-                       "env_steps_per_s": steps / elapsed,
-                       "updates_per_s": updates / update_s if update_s > 0 else 0.0,
-                       "wall_s": round(self.wall_s, 3), **self._episode_stats(), **log}
-                if self.eval_every and (self.env_steps // self.eval_every > before // self.eval_every
-                                        or self.iteration == iterations):
-                    row.update(self.evaluate())
-                if self.snapshot_every and (self.env_steps // self.snapshot_every > before // self.snapshot_every
-                                            or self.iteration == iterations):
-                    self._snapshot()  # before `_record` checkpoints: a resume never skips it
-                self._record(row, rows, bar, iterations, checkpoint_interval)
+                self.end_iteration(log, time.perf_counter() - start, update_s, updates, before, rows, bar, iterations,
+                                   checkpoint_interval)
         finally:
             if bar is not None:
                 bar.close()
         return rows
 
+    def start(self, rows: list[dict[str, Any]], iterations: int) -> None:
+        """Before the first iteration of a run (not of a resume): the starting policy's evaluation and snapshot."""
+        if self.eval_every and self.iteration == 0 and iterations > 0:  # the starting policy's score
+            row = {"iteration": 0, "env_steps": 0, "updates": 0, **self._episode_stats(), **self.evaluate()}
+            rows.append(row)
+            self._log(row)
+        if self.snapshot_every and self.env_steps == 0 and iterations > 0:  # the policy that acts first
+            self._snapshot()
+
+    def end_iteration(self, log: dict[str, Any], elapsed: float, update_s: float, updates: int, before: int,
+                      rows: list[dict[str, Any]], bar: Any, iterations: int, checkpoint_interval: int) -> None:
+        """Count an iteration that took `elapsed` s (`updates` of them in `update_s`) from `before` env steps on:
+        its row, the evaluation and snapshot when due, the checkpoint (a seed-batch, `robolearn.runners.seeds`,
+        calls this for each seed's run)."""
+        self.iteration += 1
+        steps = self.steps_per_iteration * self.env.num_envs
+        self.wall_s += elapsed
+        row = {"iteration": self.iteration, "env_steps": self.env_steps, "updates": self.updates,
+               "env_steps_per_s": steps / elapsed, "updates_per_s": updates / update_s if update_s > 0 else 0.0,
+               "wall_s": round(self.wall_s, 3), **self._episode_stats(), **log}
+        if self.eval_every and (self.env_steps // self.eval_every > before // self.eval_every
+                                or self.iteration == iterations):
+            row.update(self.evaluate())
+        if self.snapshot_every and (self.env_steps // self.snapshot_every > before // self.snapshot_every
+                                    or self.iteration == iterations):
+            self._snapshot()  # before `_record` checkpoints: a resume never skips it
+        self._record(row, rows, bar, iterations, checkpoint_interval)
+
     def _iteration(self, obs: Any):
-        cfg = self.algo.cfg
         stats = Means()  # env log floats and the learner's 0-d tensors (synced once, at the end)
         update_s, updates = 0.0, 0
         for _ in range(self.steps_per_iteration):
-            warming = self._warming()
-            if warming and self.warmup_actions is not None:
-                actions = self.warmup_actions(self.env.num_envs, self.generator).to(self.device)
-            elif warming and cfg.random_warmup:
-                actions = torch.rand(self.env.num_envs, self.env.num_actions, generator=self.generator,
-                                     device=self.device) * 2 - 1
-                self.random_steps = self.env_steps + self.env.num_envs
-            else:
-                actions = self.algo.act(obs, deterministic=False, generator=self.generator)
-            next_obs, rewards, dones, extras = self.env.step(actions)
-            next_obs, rewards, dones = next_obs.to(self.device), rewards.to(self.device), dones.to(self.device)
-            terminated = extras["terminated"].to(self.device)
-            self.buffer.add(obs, actions.to(self.device), rewards, extras["final_obs"].to(self.device), terminated,
-                            dones.bool() & ~terminated.bool())
-            self._track_episodes(rewards, dones.bool())
-            self.episode_ended |= dones.bool()
-            self.env_steps += self.env.num_envs
-            env_log = {k: float(v) for k, v in extras["log"].items()}
-            stats.add({k: v for k, v in env_log.items() if v == v})  # NaN: an `episode/` metric, no episode ended
-            obs = next_obs
+            obs = self.collect_step(obs, stats)
             if self.learner.collected(self.env.num_envs, self.env_steps, warming=self._warming()):
                 start = time.perf_counter()
                 updates += self.learner.update(stats)
@@ -272,6 +262,31 @@ class OffPolicyRunner(RunnerBase):
                     torch.cuda.synchronize(self.device)
                 update_s += time.perf_counter() - start
         return obs, stats.means(), update_s, updates
+
+    def collect_step(self, obs: Any, stats: Means) -> Any:
+        """One step of every env (the warm-up's actions, else the actor's sampled ones) into the buffer; the env's
+        logged values into `stats`. Returns the next observations."""
+        cfg = self.algo.cfg
+        warming = self._warming()
+        if warming and self.warmup_actions is not None:
+            actions = self.warmup_actions(self.env.num_envs, self.generator).to(self.device)
+        elif warming and cfg.random_warmup:
+            actions = torch.rand(self.env.num_envs, self.env.num_actions, generator=self.generator,
+                                 device=self.device) * 2 - 1
+            self.random_steps = self.env_steps + self.env.num_envs
+        else:
+            actions = self.algo.act(obs, deterministic=False, generator=self.generator)
+        next_obs, rewards, dones, extras = self.env.step(actions)
+        next_obs, rewards, dones = next_obs.to(self.device), rewards.to(self.device), dones.to(self.device)
+        terminated = extras["terminated"].to(self.device)
+        self.buffer.add(obs, actions.to(self.device), rewards, extras["final_obs"].to(self.device), terminated,
+                        dones.bool() & ~terminated.bool())
+        self._track_episodes(rewards, dones.bool())
+        self.episode_ended |= dones.bool()
+        self.env_steps += self.env.num_envs
+        env_log = {k: float(v) for k, v in extras["log"].items()}
+        stats.add({k: v for k, v in env_log.items() if v == v})  # NaN: an `episode/` metric, no episode ended
+        return next_obs
 
     def _warming(self) -> bool:
         """Whether the warm-up goes on: before `learning_starts` env steps, and with `warmup_whole_episodes` until

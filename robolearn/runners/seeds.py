@@ -1,6 +1,7 @@
-"""Seed-batched offline training: S seeds of one run in one process.
+"""Seed-batched training: S seeds of one run in one process.
 
     robolearn train algo=iql dataset=mujoco/halfcheetah/medium-v0 seeds=[0,1,2,3,4]
+    robolearn train env=cheetah-run algo=sac seeds=[0,1,2] device=cuda
 
 A benchmark cell is several seeds of one algorithm, dataset and config. With `seeds=[...]` each seed is a complete
 run of its own in `<run_dir>/seed<k>/` (its `config.yaml` says `seed: k`; `metrics.jsonl`, TensorBoard, checkpoints,
@@ -10,6 +11,11 @@ batches and draws, its evaluation episodes), while the S learners' gradient step
 (tests/robolearn/runners/test_seeds.py). `load_policy` loads a seed's checkpoint like any other, and
 `robolearn train resume=<run_dir>` resumes every seed exactly. Each row's `updates_per_s` is the batch's: updates of
 all S seeds together per second.
+
+Offline (`SeedsRunner`), each seed samples its own batches from the one dataset buffer. Online (`OffPolicySeedsRunner`:
+SAC, TD3 and their presets) each seed has its own envs, replay buffer and evaluation envs and steps them as its solo
+run does; the seeds stay in lockstep because the update schedule depends on env steps only (a warm-up of whole
+episodes, `warmup_whole_episodes`, which ends on each seed's own episodes, is refused).
 """
 
 from __future__ import annotations
@@ -18,7 +24,10 @@ import time
 from typing import Any
 
 from robolearn.algos.seeds import SeedBatch, stack_batches
+from robolearn.core.buffers import sample_mixed
+from robolearn.errors import ConfigError
 from robolearn.runners.base import progress_bar
+from robolearn.runners.off_policy import Means, OffPolicyRunner
 from robolearn.runners.offline import OfflineRunner, synchronized_since
 
 
@@ -58,3 +67,69 @@ class SeedsRunner:
             if bar is not None:
                 bar.close()
         return rows
+
+
+class OffPolicySeedsRunner:
+    """Trains off-policy runners that differ only by seed in lockstep: each collects from its own envs, and the
+    updates they owe run as one seed-batched update."""
+
+    def __init__(self, runners: list[OffPolicyRunner]):
+        if any(getattr(r.algo.cfg, "warmup_whole_episodes", False) for r in runners):
+            raise ConfigError("seeds= with warmup_whole_episodes: each seed's warm-up would end on its own episodes, "
+                              "out of lockstep; train those seeds one seed= each")
+        self.runners = runners
+        self.batch = SeedBatch([runner.algo for runner in runners])
+
+    def learn(self, iterations: int, checkpoint_interval: int = 50) -> list[list[dict[str, Any]]]:
+        """Run every seed until `iterations` in total (counting those before a resume); each seed's new rows."""
+        lead = self.runners[0]
+        rows: list[list[dict[str, Any]]] = [[] for _ in self.runners]
+        obs = []
+        for k, runner in enumerate(self.runners):
+            runner.run_dir.mkdir(parents=True, exist_ok=True)
+            obs.append(runner.env.get_observations().to(runner.device))
+            runner.start(rows[k], iterations)
+        bar = progress_bar(lead.progress, f"{type(lead.algo).__name__} x{len(self.runners)} seeds", iterations,
+                           lead.iteration)
+        try:
+            while lead.iteration < iterations:
+                start, before = time.perf_counter(), lead.env_steps
+                stats = [Means() for _ in self.runners]
+                update_s, updates = 0.0, 0
+                for _ in range(lead.steps_per_iteration):
+                    owed = []
+                    for k, runner in enumerate(self.runners):
+                        obs[k] = runner.collect_step(obs[k], stats[k])
+                        owed.append(runner.learner.collected(runner.env.num_envs, runner.env_steps,
+                                                             warming=runner._warming()))
+                    if any(owed):
+                        began = time.perf_counter()
+                        updates += self._pay(stats)
+                        update_s += synchronized_since(began, lead.device)
+                elapsed = time.perf_counter() - start
+                for k, runner in enumerate(self.runners):
+                    runner.end_iteration(stats[k].means(), elapsed, update_s, updates, before, rows[k],
+                                         bar if k == 0 else None, iterations, checkpoint_interval)
+        finally:
+            if bar is not None:
+                bar.close()
+        return rows
+
+    def _pay(self, stats: list[Means]) -> int:
+        """The updates every seed owes (the same number: lockstep), each one seed-batched update on each seed's own
+        minibatch (`sample_mixed`, its generator); returns how many ran."""
+        learners = [runner.learner for runner in self.runners]
+        if len({learner.update_debt for learner in learners}) != 1:
+            raise RuntimeError("the seeds fell out of lockstep (their update debts differ)")
+        cfg, done = learners[0].algo.cfg, 0
+        generators = [learner.generator for learner in learners]
+        while learners[0].update_debt >= 1.0:
+            batch = stack_batches([sample_mixed(learner.buffer, learner.offline, cfg.batch_size, cfg.offline_ratio,
+                                                learner.generator) for learner in learners])
+            out = self.batch.update(batch, generators)
+            for k, learner in enumerate(learners):
+                stats[k].add({key: value[k] for key, value in out.items()})
+                learner.update_debt -= 1.0
+                learner.updates += 1
+            done += 1
+        return done

@@ -218,13 +218,14 @@ def run_training(cfg: dict[str, Any]) -> Path:
 
 
 def run_seeds(cfg: dict[str, Any]) -> Path:
-    """`seeds=[...]`: one offline run per seed in `<run_dir>/seed<k>/`, trained together (`robolearn.runners.seeds`);
-    returns the run directory that holds them (its `config.yaml` lists the seeds; `resume=` it to resume them all)."""
+    """`seeds=[...]`: one run per seed in `<run_dir>/seed<k>/` (offline, or SAC / TD3 online), trained together
+    (`robolearn.runners.seeds`); returns the run directory that holds them (its `config.yaml` lists the seeds;
+    `resume=` it to resume them all)."""
     import copy
 
     from robolearn.eval.evaluate import render_checkpoint
     from robolearn.eval.plots import learning_curve
-    from robolearn.runners.seeds import SeedsRunner
+    from robolearn.runners.seeds import OffPolicySeedsRunner, SeedsRunner
 
     resuming = bool(cfg.get("resume"))
     if not resuming:
@@ -233,9 +234,10 @@ def run_seeds(cfg: dict[str, Any]) -> Path:
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"seeds= lists a seed twice: {seeds}")
     run_cfg = runner_config(cfg, online=is_online(cfg))
-    if not isinstance(run_cfg, OfflineRunConfig):
-        raise ConfigError("seeds= trains offline algorithms on a dataset (dataset=) for now; online runs (PPO, SAC, "
-                          "TD3) take one seed= each")
+    offline = isinstance(run_cfg, OfflineRunConfig)
+    if run_cfg is None or (not offline and spec(cfg["algo"]["name"]).runner != "off_policy"):
+        raise ConfigError(f"seeds= trains offline algorithms and SAC / TD3 online; algo={cfg['algo']['name']} "
+                          "online takes one seed= per run")
     if resuming:
         run_dir = Path(cfg["resume"])
     else:
@@ -249,23 +251,33 @@ def run_seeds(cfg: dict[str, Any]) -> Path:
         seed_cfg = copy.deepcopy({**cfg, "seed": seed, "seeds": None, "run_dir": str(run_dir / f"seed{seed}"),
                                   "resume": None})
         torch.manual_seed(seed)
-        env = make_env(seed_cfg["env"], seed, num_envs=run_cfg.eval_episodes)
+        env = make_env(seed_cfg["env"], seed, num_envs=run_cfg.eval_episodes if offline else None)
         seed_cfg["env"]["policy_dt"] = cfg["env"]["policy_dt"] = float(env.task.cfg.policy_dt)
         seed_dir = Path(seed_cfg["run_dir"])
         seed_dir.mkdir(parents=True, exist_ok=True)
         (seed_dir / "config.yaml").write_text(json.dumps(seed_cfg, indent=2))
-        algo_cfg = algo_config(seed_cfg["algo"], online=False)
-        runners.append(offline_runner(env, seed_cfg, algo_cfg, run_cfg, seed_dir, seed, device, shared))
+        if offline:
+            algo_cfg = algo_config(seed_cfg["algo"], online=False)
+            runners.append(offline_runner(env, seed_cfg, algo_cfg, run_cfg, seed_dir, seed, device, shared))
+        else:
+            runners.append(make_runner(env, seed_cfg, seed_dir, seed))
         if resuming:
             runners[-1].restore(seed_dir / "checkpoints" / "latest")
+        elif cfg.get("init"):
+            from robolearn.checkpoints.warm_start import warm_start
+
+            print(f"init: {', '.join(warm_start(runners[-1].algo, cfg['init']))} from {cfg['init']}")
     (run_dir / "config.yaml").write_text(json.dumps({**cfg, "resume": None}, indent=2))
     try:
-        SeedsRunner(runners).learn(int(cfg["iterations"]), checkpoint_interval=int(cfg["checkpoint_interval"]))
+        driver = SeedsRunner(runners) if offline else OffPolicySeedsRunner(runners)
+        driver.learn(int(cfg["iterations"]), checkpoint_interval=int(cfg["checkpoint_interval"]))
         finals = [runner.save(runner.run_dir / "checkpoints" / "final") for runner in runners]
     finally:
         for runner in runners:
             runner.close()
             runner.env.close()
+            if getattr(runner, "eval_env", None) is not None:
+                runner.eval_env.close()
     for runner in runners:
         learning_curve(runner.run_dir / "metrics.jsonl", runner.run_dir / "learning_curve.png", task=cfg["env"]["name"])
     if cfg["video"]:  # the first seed's: one video shows what the policy does

@@ -15,7 +15,7 @@ from robolearn.data.formats import save_dataset
 SMALL = ["+env.overrides.episode_length=100", "runner.log_every=20", "runner.eval_every=40", "runner.eval_episodes=4",
          "algo.batch_size=32", "algo.actor_hidden=[32,32]", "algo.critic_hidden=[32,32]", "video=false",
          "progress=false", "checkpoint_interval=1"]
-VOLATILE = ("wall_s", "updates_per_s", "eval/seconds")
+VOLATILE = ("wall_s", "updates_per_s", "env_steps_per_s", "eval/seconds")
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def assert_rows_close(a, b):
     for x, y in zip(a, b, strict=True):
         assert x.keys() == y.keys()
         for key in x:
-            assert x[key] == pytest.approx(y[key], rel=1e-4, abs=1e-4), key
+            assert x[key] == (y[key] if y[key] is None else pytest.approx(y[key], rel=1e-4, abs=1e-4)), key
 
 
 def assert_states_close(a_dir, b_dir):
@@ -72,9 +72,29 @@ def test_each_seed_equals_its_solo_run_and_resumes(dataset, tmp_path):
         assert_rows_close(a, b)
 
 
+ONLINE = ["env=pendulum-swingup", "env.num_envs=2", "runner.env_steps=300", "runner.steps_per_iteration=25",
+          "runner.eval_every=100", "runner.eval_episodes=2", "algo.learning_starts=100", "algo.batch_size=32",
+          "algo.actor_hidden=[16]", "algo.critic_hidden=[16]", "+env.overrides.episode_length=50", "video=false",
+          "progress=false"]
+
+
+def test_online_seeds_equal_their_solo_runs(tmp_path):
+    """RLPD (SAC with 10 critics and a random subset of 2 in each target; here 2 updates per env step, the actor every
+    second) with seeds=[0,1]: each seed's collection, updates and evaluations equal `seed=0` and `seed=1` alone."""
+    common = ["train", "algo=rlpd", *ONLINE, "algo.utd_ratio=2", "algo.actor_every=2"]
+    assert main([*common, "seeds=[0,1]", f"run_dir={tmp_path / 'seeds'}"]) == 0
+    for seed in (0, 1):
+        solo = tmp_path / f"solo{seed}"
+        assert main([*common, f"seed={seed}", f"run_dir={solo}"]) == 0
+        batched = rows(tmp_path / "seeds" / f"seed{seed}")
+        assert batched[-1]["env_steps"] == 300 and batched[-1]["updates"] > 0
+        assert_rows_close(batched, rows(solo))
+        assert_states_close(tmp_path / "seeds" / f"seed{seed}", solo)
+
+
 def test_seeds_refuses_online_runs_and_repeated_seeds(dataset, tmp_path, capsys):
-    assert main(["train", "env=pendulum-swingup", "algo=sac", "seeds=[0,1]", f"run_dir={tmp_path / 'a'}",
+    assert main(["train", "env=pendulum-swingup", "algo=ppo", "seeds=[0,1]", f"run_dir={tmp_path / 'a'}",
                  "video=false", "progress=false"]) != 0
-    assert "seeds= trains offline algorithms" in capsys.readouterr().err
+    assert "online takes one seed= per run" in capsys.readouterr().err
     assert main(["train", "algo=td3_bc", f"dataset={dataset}", *SMALL, "seeds=[1,1]", f"run_dir={tmp_path / 'b'}"]) != 0
     assert "lists a seed twice" in capsys.readouterr().err
