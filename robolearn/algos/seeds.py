@@ -29,7 +29,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from torch import nn
 
 from robolearn.algos.common import adam_update_, compile_update, init_adam_state
 from robolearn.errors import ConfigError
@@ -148,10 +147,14 @@ class SeedBatch:
             raise ConfigError(f"algo={first.name} has no seed-batched update (its update names no graph methods)")
         if any(type(learner) is not type(first) or learner.cfg != first.cfg for learner in learners):
             raise ConfigError("a seed-batch's learners must share one algorithm and config (they differ by seed)")
+        if len({learner.updates for learner in learners}) != 1:
+            raise ConfigError("a seed-batch's learners must have made the same number of updates (a resume restores "
+                              "them together)")
         self.learners = learners
         # the template runs `update`; its methods are not compiled itself (the vmapped ones are, with compile: true)
         self.template = template = first._seed_template()
         template.compiled = first.compiled  # so `update` passes scheduled rates as tensors (graph inputs)
+        template.updates = first.updates    # schedules (learning rates, delayed actors) go on from a resume
         for learner in (template, *learners):
             for opt in learner.optimizers.values():
                 init_adam_state(opt)
@@ -240,7 +243,3 @@ class SeedBatch:
         for learner in self.learners:
             learner.updates = self.template.updates
         return stats
-
-    def modules(self) -> list[nn.Module]:
-        """The template's networks (holding the stacks), e.g. to move them or count parameters."""
-        return list(self.template._networks().values())
