@@ -99,6 +99,9 @@ def gradient_step(opt: torch.optim.Optimizer, loss_fn: Callable[[], Any], compil
     (`adam_step_`, at `lr` if given) so that it is part of the graph; else fused Adam at the group's rate. The loss
     comes as a function so that a seed-batch (`robolearn.algos.seeds`) can take `torch.func.grad` of it instead.
     """
+    if not callable(loss_fn):
+        raise TypeError("a learner's _step takes the loss as a function (`lambda: loss`), not a tensor: a seed-batch "
+                        "(robolearn.algos.seeds) takes its gradient per seed")
     out = loss_fn()
     params = [p for group in opt.param_groups for p in group["params"]]
     grads = torch.autograd.grad(out[0] if isinstance(out, tuple) else out, params)
