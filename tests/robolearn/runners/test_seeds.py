@@ -96,5 +96,6 @@ def test_seeds_refuses_online_runs_and_repeated_seeds(dataset, tmp_path, capsys)
     assert main(["train", "env=pendulum-swingup", "algo=ppo", "seeds=[0,1]", f"run_dir={tmp_path / 'a'}",
                  "video=false", "progress=false"]) != 0
     assert "online takes one seed= per run" in capsys.readouterr().err
-    assert main(["train", "algo=td3_bc", f"dataset={dataset}", *SMALL, "seeds=[1,1]", f"run_dir={tmp_path / 'b'}"]) != 0
+    assert main(["train", "algo=td3_bc", f"dataset={dataset}", *SMALL, "seeds=[1,1]", "iterations=1",
+                 f"run_dir={tmp_path / 'b'}"]) != 0
     assert "lists a seed twice" in capsys.readouterr().err
