@@ -45,18 +45,8 @@ def per_seed(draw: Callable[..., Any], batch_size: int, generator: Any) -> Any:
     """`draw(batch_size, generator)`; with a list of generators (one per seed, in a seed-batch) each seed's draw
     from its own generator, stacked on a leading seed axis (each generator sees the draws its solo run would)."""
     if isinstance(generator, (list, tuple)):
-        return stack_draws([draw(batch_size, g) for g in generator])
+        return stack_batches([draw(batch_size, g) for g in generator])
     return draw(batch_size, generator)
-
-
-def stack_draws(draws: list[Any]) -> Any:
-    """One draw per seed (tensors, dicts of tensors, None) stacked on a leading seed axis, same structure."""
-    first = draws[0]
-    if isinstance(first, torch.Tensor):
-        return torch.stack(draws)
-    if isinstance(first, dict):
-        return {k: stack_draws([d[k] for d in draws]) for k in first}
-    return first
 
 
 def named_tensors(learner: Learner) -> dict[str, tuple[Any, str, str, torch.Tensor]]:
@@ -77,11 +67,15 @@ def named_tensors(learner: Learner) -> dict[str, tuple[Any, str, str, torch.Tens
     return out
 
 
-def stack_batches(batches: list[dict[str, Any]]) -> dict[str, Any]:
-    """S replay batches (`ReplayBuffer.sample`'s dicts) as one with a leading seed axis on every tensor."""
+def stack_batches(batches: list[Any]) -> Any:
+    """S replay batches (`ReplayBuffer.sample`'s dicts) or S seeds' draws as one with a leading seed axis on every
+    tensor, same structure (a value that is no tensor, e.g. None, is the first one's)."""
     first = batches[0]
-    return {k: stack_batches([b[k] for b in batches]) if isinstance(first[k], dict)
-            else torch.stack([b[k] for b in batches]) for k in first}
+    if isinstance(first, torch.Tensor):
+        return torch.stack(batches)
+    if isinstance(first, dict):
+        return {k: stack_batches([b[k] for b in batches]) for k in first}
+    return first
 
 
 class _Binding:

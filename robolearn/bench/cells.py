@@ -14,7 +14,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -86,30 +86,12 @@ def failed(unit: Cell | Pack, error: str) -> list[dict[str, Any]]:
 def run_pack(pack: Pack) -> list[dict[str, Any]]:
     """Train a pack's seeds in this (worker) process, one seed-batched `robolearn train seeds=[...]` (resumed when
     its folder has every seed's checkpoint); each cell's result, all with the pack's wall time."""
-    _worker_setup()
-    start = time.time()
-    error = None
-    with contextlib.suppress(OSError):
-        if Path(pack.cwd).is_dir():
-            os.chdir(pack.cwd)
-    Path(pack.log).parent.mkdir(parents=True, exist_ok=True)
-    Path(pack.run_dir).mkdir(parents=True, exist_ok=True)
-    resume = pack_checkpoint(pack)
-    write_json(Path(pack.run_dir) / PACK_FILE, {"overrides": pack.overrides, "seeds": pack.seeds})
-    with _output_to(pack.log):
-        try:
-            from robolearn.runners.train import load_train_config, resume_config, run_training
-
-            if resume:
-                run_training(resume_config(pack.run_dir))
-            else:
-                run = load_train_config([*pack.overrides, f"seeds=[{','.join(str(k) for k in pack.seeds)}]"])
-                run["run_dir"] = pack.run_dir
-                run_training(run)
-        except Exception:
-            error = traceback.format_exc()
-            print(error, file=sys.stderr)
-    return [cell_result(cell, error=error, wall_s=time.time() - start) for cell in pack.cells]
+    seeds = f"seeds=[{','.join(str(k) for k in pack.seeds)}]"
+    error, wall_s = _in_worker(pack.cwd, pack.log, pack.run_dir, PACK_FILE,
+                               {"overrides": pack.overrides, "seeds": pack.seeds},
+                               lambda resume: _train([*pack.overrides, seeds], pack.run_dir, resume),
+                               resume=pack_checkpoint(pack))
+    return [cell_result(cell, error=error, wall_s=wall_s) for cell in pack.cells]
 
 
 def pack_checkpoint(pack: Pack) -> bool:
@@ -121,37 +103,55 @@ def pack_checkpoint(pack: Pack) -> bool:
 
 def run_cell(cell: Cell) -> dict[str, Any]:
     """Train one cell in this (worker) process and read its score; a failure is returned as the error text."""
+    def job(resume: bool) -> None:
+        if cell.command == "finetune":
+            from robolearn.runners.o2o import finetune, load_config
+
+            cfg = load_config(cell.overrides)
+            cfg.run_dir = cell.run_dir
+            finetune(cfg)
+        else:
+            _train(cell.overrides, cell.run_dir, resume)
+
+    # a train cell's folder kept by `run` (the same overrides, unfinished) resumes from its checkpoint
+    error, wall_s = _in_worker(cell.cwd, cell.log, cell.run_dir, CELL_FILE,
+                               {"overrides": cell.overrides, "command": cell.command}, job,
+                               resume=cell.command == "train" and train_checkpoint(cell))
+    return cell_result(cell, error=error, wall_s=wall_s)
+
+
+def _in_worker(cwd: str, log: str, run_dir: str, record_name: str, record: dict[str, Any],
+               job: Callable[[bool], None], resume: bool) -> tuple[str | None, float]:
+    """Run `job(resume)` in this worker process from `cwd`, its output appended to `log`, after writing `record` (what
+    the run started with) to `<run_dir>/<record_name>`; returns the error text (None) and the wall time."""
     _worker_setup()
     start = time.time()
     error = None
     with contextlib.suppress(OSError):
-        if Path(cell.cwd).is_dir():
-            os.chdir(cell.cwd)
-    Path(cell.log).parent.mkdir(parents=True, exist_ok=True)
-    Path(cell.run_dir).mkdir(parents=True, exist_ok=True)
-    resume = cell.command == "train" and train_checkpoint(cell)  # `run` kept it: the same overrides, unfinished
-    write_json(Path(cell.run_dir) / CELL_FILE, {"overrides": cell.overrides, "command": cell.command})
-    with _output_to(cell.log):
+        if Path(cwd).is_dir():
+            os.chdir(cwd)
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    write_json(Path(run_dir) / record_name, record)
+    with _output_to(log):
         try:
-            if cell.command == "finetune":
-                from robolearn.runners.o2o import finetune, load_config
-
-                cfg = load_config(cell.overrides)
-                cfg.run_dir = cell.run_dir
-                finetune(cfg)
-            else:
-                from robolearn.runners.train import load_train_config, resume_config, run_training
-
-                if resume:
-                    run_training(resume_config(cell.run_dir))
-                else:
-                    run = load_train_config(cell.overrides)
-                    run["run_dir"] = cell.run_dir
-                    run_training(run)
-        except Exception:
+            job(resume)
+        except Exception:  # the run's failure becomes its cells' recorded error; the bench goes on
             error = traceback.format_exc()
             print(error, file=sys.stderr)
-    return cell_result(cell, error=error, wall_s=time.time() - start)
+    return error, time.time() - start
+
+
+def _train(overrides: list[str], run_dir: str, resume: bool) -> None:
+    """`robolearn train` with `overrides` into `run_dir`, or the run there resumed."""
+    from robolearn.runners.train import load_train_config, resume_config, run_training
+
+    if resume:
+        run_training(resume_config(run_dir))
+    else:
+        run = load_train_config(overrides)
+        run["run_dir"] = run_dir
+        run_training(run)
 
 
 def cell_result(cell: Cell, error: str | None = None, wall_s: float = 0.0) -> dict[str, Any]:

@@ -44,23 +44,31 @@ def max_difference(a, b) -> float:
     return max(float((sa[n] - sb[n]).abs().max()) for n in sa)
 
 
-@pytest.mark.parametrize("name", sorted(VARIANTS))
-def test_each_seed_follows_its_solo_run(name):
-    batched = learners(name)
+def assert_follows_solo(batched: list, updates: int, name: str) -> list:
+    """Seed-batch `batched` and run copies of it alone for `updates` updates on the same batches and draws: every
+    seed's parameters (1e-5) and statistics (1e-4) equal its solo copy's. Returns the solo learners."""
     solo = [copy.deepcopy(learner) for learner in batched]
     seeds = SeedBatch(batched)
     batch_gens = [torch.Generator().manual_seed(100 + k) for k in range(S)]
     draws_batched = [torch.Generator().manual_seed(200 + k) for k in range(S)]
     draws_solo = [torch.Generator().manual_seed(200 + k) for k in range(S)]
-    for _ in range(12):
+    for _ in range(updates):
         batches = [batch(g) for g in batch_gens]
         stats = seeds.update(stack_batches(batches), draws_batched)
         solo_stats = [solo[k].update(batches[k], draws_solo[k]) for k in range(S)]
     for k in range(S):
         assert max_difference(batched[k], solo[k]) < 1e-5, (name, k)
-        assert batched[k].updates == solo[k].updates == 12
         for key, value in solo_stats[k].items():
             assert torch.allclose(stats[key][k], value, atol=1e-4, rtol=1e-4), (name, key)
+    return solo
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_each_seed_follows_its_solo_run(name):
+    batched = learners(name)
+    solo = assert_follows_solo(batched, 12, name)
+    for k in range(S):
+        assert batched[k].updates == solo[k].updates == 12
     assert max_difference(batched[0], batched[1]) > 1e-3  # the seeds are different learners
 
 
@@ -101,16 +109,4 @@ def test_online_learners_follow_their_solo_runs(name):
     for k in range(S):
         torch.manual_seed(k)
         batched.append(spec.learner_class()(D, D, A, spec.config(**ONLINE[name])))
-    solo = [copy.deepcopy(learner) for learner in batched]
-    seeds = SeedBatch(batched)
-    batch_gens = [torch.Generator().manual_seed(100 + k) for k in range(S)]
-    draws_batched = [torch.Generator().manual_seed(200 + k) for k in range(S)]
-    draws_solo = [torch.Generator().manual_seed(200 + k) for k in range(S)]
-    for _ in range(10):
-        batches = [batch(g) for g in batch_gens]
-        stats = seeds.update(stack_batches(batches), draws_batched)
-        solo_stats = [solo[k].update(batches[k], draws_solo[k]) for k in range(S)]
-    for k in range(S):
-        assert max_difference(batched[k], solo[k]) < 1e-5, (name, k)
-        for key, value in solo_stats[k].items():
-            assert torch.allclose(stats[key][k], value, atol=1e-4, rtol=1e-4), (name, key)
+    assert_follows_solo(batched, 10, name)
