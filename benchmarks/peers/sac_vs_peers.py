@@ -15,6 +15,8 @@ Python loop over N networks; ours, one batched ensemble), so `num_min_critics` a
    reported per seed, and their median (a run that never reaches it counts as `env_steps` + 1).
 
     python benchmarks/peers/sac_vs_peers.py skip_learning=true updates=500     # update speed only
+    # update speed against SB3 and SBX (JAX), every width x ensemble size:
+    python benchmarks/peers/sac_vs_peers.py skip_learning=true grid=true compile=true sbx=true
     # update speed over network widths x ensemble sizes, eager and compiled (one JSON with every cell):
     python benchmarks/peers/sac_vs_peers.py skip_learning=true grid=true compile=true task=cheetah-run
     # sample efficiency, small networks, DM Control's action repeat 4 on pendulum-swingup:
@@ -56,6 +58,7 @@ class Settings:
     threshold: float = 600.0
     seeds: list[int] = dataclasses.field(default_factory=lambda: [0])
     compile: bool = False           # also time robolearn with compile=True (one graph per update)
+    sbx: bool = False               # also time SBX's SAC (stable-baselines3 in JAX; `pip install -e .[bench]`)
     grid: bool = False              # update speed for hidden 64/128/256 x 2/10 critics instead of `sac`'s own
     action_repeat: int = 1
     episode_length: int = 0         # 0: the task's default
@@ -82,6 +85,17 @@ def sb3_sac(env: Any, sac: SACConfig, seed: int):
                   train_freq=1, gradient_steps=utd(sac), buffer_size=1_000_000, seed=seed, device="cpu", verbose=0)
 
 
+def sbx_sac(env: Any, sac: SACConfig, seed: int):
+    """SBX's SAC (JAX, one jitted update per `train` call) with the settings SB3's gets."""
+    from sbx import SAC as SBXSAC
+
+    return SBXSAC("MlpPolicy", env, learning_rate=sac.actor_lr, batch_size=sac.batch_size, tau=sac.tau,
+                  gamma=sac.gamma, learning_starts=sac.learning_starts,
+                  policy_kwargs={"net_arch": {"pi": list(sac.actor_hidden), "qf": list(sac.critic_hidden)},
+                                 "n_critics": sac.num_critics},
+                  train_freq=1, gradient_steps=utd(sac), buffer_size=1_000_000, seed=seed, verbose=0)
+
+
 def our_sac(env: Any, sac: SACConfig, compile: bool = False) -> SAC:
     """robolearn's SAC with SB3's ensemble semantics (the min over all critics, for the target and the actor)."""
     return SAC.for_env(env, dataclasses.replace(sac, num_min_critics=sac.num_critics, actor_q="min", compile=compile))
@@ -101,9 +115,12 @@ def update_speed(args: Settings) -> dict:
     if args.compile:
         learners["robolearn_compiled"] = our_sac(ours_env, sac, compile=True)
     sb3_env = sim.make_sb3(args.task, num_envs=1, seed=0)
-    peer = sb3_sac(sb3_env, sac, 0)
-    peer.learning_starts = 10**12
-    peer.learn(args.fill)
+    peers = {"sb3": sb3_sac(sb3_env, sac, 0)}
+    if args.sbx:
+        peers["sbx"] = sbx_sac(sb3_env, sac, 0)
+    for peer in peers.values():
+        peer.learning_starts = 10**12
+        peer.learn(args.fill)
     gen = torch.Generator().manual_seed(0)
 
     def time_ours(algo: SAC) -> float:
@@ -112,19 +129,24 @@ def update_speed(args: Settings) -> dict:
             algo.update(ours.buffer.sample(sac.batch_size, gen), gen)
         return args.updates / (time.perf_counter() - start)
 
-    def time_peer() -> float:
+    def time_peer(peer: Any) -> float:
+        """One `train` call per update, as the peers' own training loops call it at train_freq 1 (SBX jits one
+        update per call; SB3 runs it eagerly)."""
         start = time.perf_counter()
-        peer.train(gradient_steps=args.updates, batch_size=sac.batch_size)
+        for _ in range(args.updates):
+            peer.train(gradient_steps=1, batch_size=sac.batch_size)
         return args.updates / (time.perf_counter() - start)
 
     for algo in learners.values():  # warm-up (and compilation)
         time_ours(algo)
-    time_peer()
-    rates: dict[str, list[float]] = {name: [] for name in [*learners, "sb3"]}
+    for peer in peers.values():
+        time_peer(peer)
+    rates: dict[str, list[float]] = {name: [] for name in [*learners, *peers]}
     for _ in range(args.rounds):
         for name, algo in learners.items():
             rates[name].append(time_ours(algo))
-        rates["sb3"].append(time_peer())
+        for name, peer in peers.items():
+            rates[name].append(time_peer(peer))
     ours_env.close()
     sb3_env.close()
     med = {name: statistics.median(r) for name, r in rates.items()}
@@ -134,8 +156,12 @@ def update_speed(args: Settings) -> dict:
     out = {"hidden": list(sac.critic_hidden), "actor_hidden": list(sac.actor_hidden), "num_critics": sac.num_critics,
            "batch_size": sac.batch_size,
            "sb3_updates_per_s": p, "sb3_rounds": rates["sb3"]}
+    if "sbx" in peers:
+        out.update({"sbx_updates_per_s": med["sbx"], "sbx_rounds": rates["sbx"]})
     for name in learners:
         out.update({f"{name}_updates_per_s": med[name], f"{name}_ratio": med[name] / p, f"{name}_rounds": rates[name]})
+        if "sbx" in peers:
+            out[f"{name}_vs_sbx"] = med[name] / med["sbx"]
     return out
 
 

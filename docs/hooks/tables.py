@@ -78,16 +78,24 @@ def offline_fidelity_summary(results: Path, args: list[str]) -> str:
 
 
 def sac_update_grid(results: Path, args: list[str]) -> str:
-    """SAC full updates per second against stable-baselines3 over network widths and critic counts."""
-    name = "sac_vs_peers_cheetah-run_grid_cpu.json"
+    """SAC full updates per second against stable-baselines3 (and SBX, where the file has it) over network widths
+    and critic counts; the argument names the result file (default: the cheetah-run grid)."""
+    name = args[0] if args else "sac_vs_peers_cheetah-run_grid_cpu.json"
     data = _load(results, name)
+    sbx = all("sbx_updates_per_s" in cell for cell in data["updates_grid"])
     rows = []
     for cell in data["updates_grid"]:
         width = "x".join(str(h) for h in cell["hidden"])
-        rows.append([f"{width}, {cell['num_critics']}", f"{cell['sb3_updates_per_s']:.0f}",
-                     f"{cell['robolearn_updates_per_s']:.0f} ({cell['robolearn_ratio']:.2f}x)",
-                     f"{cell['robolearn_compiled_updates_per_s']:.0f} ({cell['robolearn_compiled_ratio']:.2f}x)"])
-    header = ["networks, critics", "SB3 updates/s", "robolearn (eager)", "robolearn `compile=true`"]
+        row = [f"{width}, {cell['num_critics']}", f"{cell['sb3_updates_per_s']:.0f}"]
+        if sbx:
+            row.append(f"{cell['sbx_updates_per_s']:.0f}")
+        row += [f"{cell['robolearn_updates_per_s']:.0f} ({cell['robolearn_ratio']:.2f}x)",
+                f"{cell['robolearn_compiled_updates_per_s']:.0f} ({cell['robolearn_compiled_ratio']:.2f}x)"]
+        if sbx:
+            row.append(f"**{cell['robolearn_compiled_vs_sbx']:.2f}x**")
+        rows.append(row)
+    header = ["networks, critics", "SB3 updates/s", *(["SBX updates/s"] if sbx else []),
+              "robolearn (eager, vs SB3)", "robolearn `compile=true` (vs SB3)", *(["compiled vs SBX"] if sbx else [])]
     return _markdown(header, rows) + "\n\n" + _source(name, data)
 
 
