@@ -63,7 +63,8 @@ class ActorCritic(nn.Module):
 
     def distribution(self, obs: TensorDict) -> torch.distributions.Normal:
         mean = self.actor(self.actor_norm(self.actor_obs(obs)))
-        return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
+        # no argument validation: its data-dependent checks cannot run inside a seed-batch's vmapped update
+        return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean), validate_args=False)
 
     def value(self, obs: TensorDict) -> torch.Tensor:
         return self.critic(self.critic_norm(self.critic_obs(obs))).squeeze(-1)

@@ -90,7 +90,8 @@ def adam_step_(opt: torch.optim.Optimizer, grads: list[torch.Tensor], lr: torch.
 
 
 def gradient_step(opt: torch.optim.Optimizer, loss_fn: Callable[[], Any], compiled: bool,
-                  lr: torch.Tensor | None = None) -> Any:
+                  lr: torch.Tensor | Callable[[Any], torch.Tensor] | None = None,
+                  max_grad_norm: float | None = None) -> Any:
     """One step of `opt` on the gradient of the loss `loss_fn()` returns (alone, or first of a tuple) w.r.t. that
     optimizer's parameters only; returns what `loss_fn` returned.
 
@@ -98,20 +99,40 @@ def gradient_step(opt: torch.optim.Optimizer, loss_fn: Callable[[], Any], compil
     (the critic under the actor loss), and it traces into a compiled graph. `compiled`: the Adam step written out
     (`adam_step_`, at `lr` if given) so that it is part of the graph; else fused Adam at the group's rate. The loss
     comes as a function so that a seed-batch (`robolearn.algos.seeds`) can take `torch.func.grad` of it instead.
+    `lr` may also be a function of what `loss_fn` returned (PPO's rate, adapted to the minibatch's KL): it then sets
+    the rate in both modes. `max_grad_norm`: the gradients are scaled to that global norm first
+    (`clip_grad_norm`).
     """
     if not callable(loss_fn):
         raise TypeError("a learner's _step takes the loss as a function (`lambda: loss`), not a tensor: a seed-batch "
                         "(robolearn.algos.seeds) takes its gradient per seed")
     out = loss_fn()
     params = [p for group in opt.param_groups for p in group["params"]]
-    grads = torch.autograd.grad(out[0] if isinstance(out, tuple) else out, params)
+    grads = list(torch.autograd.grad(out[0] if isinstance(out, tuple) else out, params))
+    if max_grad_norm is not None:
+        grads = clip_grad_norm(grads, max_grad_norm)
+    adapted = callable(lr)
+    if adapted:
+        lr = lr(out)
     if compiled:
-        adam_step_(opt, list(grads), lr)
+        adam_step_(opt, grads, lr)
         return out
+    if adapted:
+        for group in opt.param_groups:
+            group["lr"] = float(lr)
     for p, g in zip(params, grads, strict=True):
         p.grad = g
     opt.step()
     return out
+
+
+def clip_grad_norm(grads: list[torch.Tensor], max_norm: float) -> list[torch.Tensor]:
+    """The gradients scaled so that their global L2 norm is at most `max_norm`, as `torch.nn.utils.clip_grad_norm_`
+    scales them (coefficient max_norm / (norm + 1e-6), at most 1), without writing into them (a vmapped update's
+    gradients are values, not `.grad`)."""
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    return [g * coef for g in grads]
 
 
 def init_adam_state(opt: torch.optim.Optimizer) -> None:

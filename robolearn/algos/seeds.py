@@ -3,7 +3,7 @@
 A benchmark table needs several seeds per cell, and at the networks off-policy and offline RL use (2 x 256) one
 seed's update is a chain of small matrix products that leaves most of a GPU idle. A `SeedBatch` trains S learners
 of one algorithm and config as if each ran alone (the offline learners, `robolearn.algos.offline.base.OfflineAlgo`,
-and SAC / TD3, `robolearn.algos.online.sac.SAC`):
+SAC / TD3, `robolearn.algos.online.sac.SAC`, and PPO):
 
 - every learned tensor of the S learners (network parameters and buffers, learned scalars such as log-temperatures,
   Adam's moments and step counts) is stacked on a new leading seed axis, and each learner's own tensors become views
@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from robolearn.algos.common import adam_update_, compile_update, init_adam_state
+from robolearn.algos.common import adam_update_, clip_grad_norm, compile_update, init_adam_state
 from robolearn.errors import ConfigError
 
 #: A learner a seed-batch can hold: `_networks()` and `_scalars()` (every learned tensor), `optimizers`,
@@ -107,8 +107,10 @@ class _Binding:
                 else:
                     (owner._parameters if kind == "param" else owner._buffers)[attr] = old
 
-    def step(self, opt: torch.optim.Optimizer, loss_fn: Callable[[], Any], lr: torch.Tensor | None) -> Any:
-        """A learner's `_step` for one seed inside the vmap: grad of `loss_fn` in `opt`'s tensors, then Adam."""
+    def step(self, opt: torch.optim.Optimizer, loss_fn: Callable[[], Any],
+             lr: torch.Tensor | Callable[[Any], torch.Tensor] | None, max_grad_norm: float | None = None) -> Any:
+        """A learner's `_step` for one seed inside the vmap: grad of `loss_fn` in `opt`'s tensors, then Adam (at `lr`,
+        or `lr` of what `loss_fn` returned; clipped to `max_grad_norm` first: `gradient_step`'s semantics)."""
         names = [self.names[id(p)] for group in opt.param_groups for p in group["params"]]
 
         def loss_of(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
@@ -117,6 +119,10 @@ class _Binding:
             return (out[0] if isinstance(out, tuple) else out), out
 
         grads, out = torch.func.grad(loss_of, has_aux=True)({n: self.tensors[n] for n in names})
+        if max_grad_norm is not None:
+            grads = dict(zip(names, clip_grad_norm([grads[n] for n in names], max_grad_norm), strict=True))
+        if callable(lr):
+            lr = lr(out)
         for group in opt.param_groups:
             rate = group["lr"] if lr is None else lr
             for p in group["params"]:
@@ -228,12 +234,14 @@ class SeedBatch:
         run = compile_update(run, device, self.cuda_graphs) if compiled else run
         return lambda *args: run(self.stacks, *args)
 
-    def update(self, batch: dict[str, Any], generators: list[torch.Generator | None]) -> dict[str, torch.Tensor]:
-        """One update of every seed: `batch` holds one batch per seed on a leading axis ([S, B, ...]; see
-        `stack_batches`), `generators` one generator per seed (its draws). Returns each statistic per seed, [S]."""
+    def update(self, *args: Any) -> dict[str, torch.Tensor]:
+        """One update of every seed: the learner's `update` arguments with one batch (or rollout) per seed on a
+        leading axis ([S, B, ...]; see `stack_batches`), the last argument one generator per seed (its draws).
+        Returns each statistic per seed, [S]."""
+        *inputs, generators = args
         if len(generators) != self.num_seeds:
             raise ValueError(f"{self.num_seeds} seeds need {self.num_seeds} generators, got {len(generators)}")
-        stats = self.template.update(batch, list(generators))
+        stats = self.template.update(*inputs, list(generators))
         for learner in self.learners:
             learner.updates = self.template.updates
         return stats

@@ -42,34 +42,46 @@ class OnPolicyRunner(RunnerBase):
         start (as rsl_rl's `init_at_random_ep_len`), so episodes finish every iteration rather than
         all at once.
         """
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        rows = []
-        if random_episode_start and self.iteration == 0:
-            self.env.episode_length_buf = torch.randint(0, self.env.max_episode_length, (self.env.num_envs,),
-                                                        generator=self.generator)
-        obs = self.env.get_observations().to(self.device)
+        rows: list[dict[str, Any]] = []
+        obs = self.start(random_episode_start)
         bar = progress_bar(self.progress, "PPO", iterations, self.iteration)
         try:
             while self.iteration < iterations:
                 start = time.perf_counter()
-                obs, log = self._rollout(obs)
+                obs, log = self.rollout(obs)
                 rollout_s = time.perf_counter() - start
-                stats = self.algo.update(self.storage, obs, self.generator)
-                elapsed = time.perf_counter() - start
-                self.iteration += 1
-                steps = self.algo.cfg.num_steps * self.env.num_envs
-                self.env_steps += steps
-                self.wall_s += elapsed
-                row = {"iteration": self.iteration, "env_steps": self.env_steps,
-                       "env_steps_per_s": steps / elapsed, "collection_steps_per_s": steps / rollout_s,
-                       "wall_s": round(self.wall_s, 3), **self._episode_stats(), **stats, **log}
-                self._record(row, rows, bar, iterations, checkpoint_interval)
+                stats = {k: float(v) for k, v in self.algo.update(self.storage, obs, self.generator).items()}
+                self.end_iteration(stats, log, rollout_s, time.perf_counter() - start, rows, bar, iterations,
+                                   checkpoint_interval)
         finally:
             if bar is not None:
                 bar.close()
         return rows
 
-    def _rollout(self, obs: TensorDict) -> tuple[TensorDict, dict[str, float]]:
+    def start(self, random_episode_start: bool = True) -> TensorDict:
+        """Before the first iteration of this process: the run folder, the envs' episode clocks (spread out on a fresh
+        start), the first observations."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if random_episode_start and self.iteration == 0:
+            self.env.episode_length_buf = torch.randint(0, self.env.max_episode_length, (self.env.num_envs,),
+                                                        generator=self.generator)
+        return self.env.get_observations().to(self.device)
+
+    def end_iteration(self, stats: dict[str, float], log: dict[str, float], rollout_s: float, elapsed: float,
+                      rows: list[dict[str, Any]], bar: Any, iterations: int, checkpoint_interval: int) -> None:
+        """After an iteration's rollout and update (`stats`): count it, log its row, checkpoint when due."""
+        self.iteration += 1
+        steps = self.algo.cfg.num_steps * self.env.num_envs
+        self.env_steps += steps
+        self.wall_s += elapsed
+        row = {"iteration": self.iteration, "env_steps": self.env_steps,
+               "env_steps_per_s": steps / elapsed, "collection_steps_per_s": steps / rollout_s,
+               "wall_s": round(self.wall_s, 3), **self._episode_stats(), **stats, **log}
+        self._record(row, rows, bar, iterations, checkpoint_interval)
+
+    def rollout(self, obs: TensorDict) -> tuple[TensorDict, dict[str, float]]:
+        """One iteration's `num_steps` steps of every env into the storage from `obs`; the last observations and the
+        means of the envs' logged terms."""
         log_sums: dict[str, float] = {}
         log_counts: dict[str, int] = {}
         for _ in range(self.algo.cfg.num_steps):

@@ -15,20 +15,29 @@ all S seeds together per second.
 Offline (`SeedsRunner`), each seed samples its own batches from the one dataset buffer. Online (`OffPolicySeedsRunner`:
 SAC, TD3 and their presets) each seed has its own envs, replay buffer and evaluation envs and steps them as its solo
 run does; the seeds stay in lockstep because the update schedule depends on env steps only (a warm-up of whole
-episodes, `warmup_whole_episodes`, which ends on each seed's own episodes, is refused).
+episodes, `warmup_whole_episodes`, which ends on each seed's own episodes, is refused). PPO (`OnPolicySeedsRunner`)
+collects each seed's rollout from its own envs with its own policy, then updates all S as one (advantages, the
+minibatch epochs with each seed's own permutations and KL-adapted rate, the normalisers). Its actions are drawn
+from torch's global random streams, as a solo run draws them: each seed keeps its own copy of those streams
+(`GlobalStreams`), swapped in around its rollout and its checkpoint.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+
+import torch
 
 from robolearn.algos.seeds import SeedBatch, stack_batches
 from robolearn.core.buffers import sample_mixed
 from robolearn.errors import ConfigError
-from robolearn.runners.base import progress_bar
+from robolearn.runners.base import device_generator, progress_bar
 from robolearn.runners.off_policy import Means, OffPolicyRunner
 from robolearn.runners.offline import OfflineRunner, synchronized_since
+from robolearn.runners.on_policy import OnPolicyRunner
 
 
 class SeedsRunner:
@@ -133,3 +142,95 @@ class OffPolicySeedsRunner:
                 learner.updates += 1
             done += 1
         return done
+
+
+class GlobalStreams:
+    """Each seed's own copy of torch's global random streams (the CPU's and the learner device's default generator):
+    what a solo run draws from without a generator (PPO's sampled actions), kept apart per seed in one process."""
+
+    def __init__(self, device: torch.device):
+        self.device_generator = device_generator(device)
+        self.states: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+
+    def _now(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        gen = self.device_generator
+        return torch.get_rng_state(), (gen.get_state() if gen is not None else None)
+
+    def capture(self) -> None:
+        """Add the next seed's streams as they are now (right after its runner was built or restored)."""
+        self.states.append(self._now())
+
+    @contextmanager
+    def use(self, k: int) -> Iterator[None]:
+        """Seed k's streams in place for the block; they are kept for its next turn afterwards."""
+        cpu, dev = self.states[k]
+        torch.set_rng_state(cpu)
+        if dev is not None:
+            self.device_generator.set_state(dev)
+        try:
+            yield
+        finally:
+            self.states[k] = self._now()
+
+
+class OnPolicySeedsRunner:
+    """Trains PPO runners that differ only by seed in lockstep: each collects its rollout from its own envs, and the
+    S updates run as one seed-batched update."""
+
+    def __init__(self, runners: list[OnPolicyRunner], streams: GlobalStreams):
+        if len(streams.states) != len(runners):
+            raise ValueError("one captured random stream per seed is needed (GlobalStreams.capture after each runner)")
+        self.runners, self.streams = runners, streams
+        self.batch = SeedBatch([runner.algo for runner in runners])
+
+    def learn(self, iterations: int, checkpoint_interval: int = 50) -> list[list[dict[str, Any]]]:
+        """Run every seed until `iterations` in total (counting those before a resume); each seed's new rows."""
+        lead = self.runners[0]
+        rows: list[list[dict[str, Any]]] = [[] for _ in self.runners]
+        obs = []
+        for k, runner in enumerate(self.runners):
+            with self.streams.use(k):
+                obs.append(runner.start())
+        generators = [runner.generator for runner in self.runners]
+        bar = progress_bar(lead.progress, f"PPO x{len(self.runners)} seeds", iterations, lead.iteration)
+        try:
+            while lead.iteration < iterations:
+                start = time.perf_counter()
+                logs, rollout_s = [], []
+                for k, runner in enumerate(self.runners):
+                    began = time.perf_counter()
+                    with self.streams.use(k):
+                        obs[k], log = runner.rollout(obs[k])
+                    logs.append(log)
+                    rollout_s.append(time.perf_counter() - began)
+                storage = stack_batches([_fields(runner.storage) for runner in self.runners])
+                last_obs = {key: torch.stack([o[key] for o in obs]) for key in obs[0].keys()}
+                stats = self.batch.update(_Rollout(storage), last_obs, generators)
+                means = {key: value.tolist() for key, value in stats.items()}  # [S] each
+                for runner in self.runners:
+                    runner.storage.step = 0
+                elapsed = synchronized_since(start, lead.device)
+                for k, runner in enumerate(self.runners):
+                    with self.streams.use(k):  # its checkpoint saves its own streams
+                        runner.end_iteration({key: value[k] for key, value in means.items()}, logs[k], rollout_s[k],
+                                             elapsed, rows[k], bar if k == 0 else None, iterations,
+                                             checkpoint_interval)
+        finally:
+            if bar is not None:
+                bar.close()
+        return rows
+
+
+def _fields(storage: Any) -> dict[str, Any]:
+    """A rollout storage's tensors by name (observation groups as a dict), for `stack_batches`."""
+    return {"obs": {k: storage.obs[k] for k in storage.obs.keys()}, "actions": storage.actions,
+            "log_probs": storage.log_probs, "values": storage.values, "rewards": storage.rewards,
+            "dones": storage.dones, "truncs": storage.truncs, "bootstrap_values": storage.bootstrap_values}
+
+
+class _Rollout:
+    """S seeds' rollouts stacked on a leading axis, read by `PPO.update` as a `RolloutStorage`."""
+
+    def __init__(self, fields: dict[str, Any]):
+        self.__dict__.update(fields)
+        self.step = 0

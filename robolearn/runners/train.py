@@ -218,14 +218,14 @@ def run_training(cfg: dict[str, Any]) -> Path:
 
 
 def run_seeds(cfg: dict[str, Any]) -> Path:
-    """`seeds=[...]`: one run per seed in `<run_dir>/seed<k>/` (offline, or SAC / TD3 online), trained together
+    """`seeds=[...]`: one run per seed in `<run_dir>/seed<k>/` (offline, PPO, or SAC / TD3 online), trained together
     (`robolearn.runners.seeds`); returns the run directory that holds them (its `config.yaml` lists the seeds;
     `resume=` it to resume them all)."""
     import copy
 
     from robolearn.eval.evaluate import render_checkpoint
     from robolearn.eval.plots import learning_curve
-    from robolearn.runners.seeds import OffPolicySeedsRunner, SeedsRunner
+    from robolearn.runners.seeds import GlobalStreams, OffPolicySeedsRunner, OnPolicySeedsRunner, SeedsRunner
 
     resuming = bool(cfg.get("resume"))
     if not resuming:
@@ -235,8 +235,9 @@ def run_seeds(cfg: dict[str, Any]) -> Path:
         raise ConfigError(f"seeds= lists a seed twice: {seeds}")
     run_cfg = runner_config(cfg, online=is_online(cfg))
     offline = isinstance(run_cfg, OfflineRunConfig)
-    if run_cfg is None or (not offline and spec(cfg["algo"]["name"]).runner != "off_policy"):
-        raise ConfigError(f"seeds= trains offline algorithms and SAC / TD3 online; algo={cfg['algo']['name']} "
+    kind = "offline" if offline else spec(cfg["algo"]["name"]).runner
+    if kind not in ("offline", "off_policy", "on_policy"):
+        raise ConfigError(f"seeds= trains offline algorithms, PPO, and SAC / TD3 online; algo={cfg['algo']['name']} "
                           "online takes one seed= per run")
     if resuming:
         run_dir = Path(cfg["resume"])
@@ -247,6 +248,7 @@ def run_seeds(cfg: dict[str, Any]) -> Path:
         cfg["run_dir"] = str(run_dir)
     device = torch.device(cfg["device"])
     runners, shared = [], {}
+    streams = GlobalStreams(device)  # PPO draws its actions from torch's global streams: one copy per seed
     for seed in seeds:  # each seed exactly as `robolearn train seed=<seed>` builds it
         seed_cfg = copy.deepcopy({**cfg, "seed": seed, "seeds": None, "run_dir": str(run_dir / f"seed{seed}"),
                                   "resume": None})
@@ -267,9 +269,11 @@ def run_seeds(cfg: dict[str, Any]) -> Path:
             from robolearn.checkpoints.warm_start import warm_start
 
             print(f"init: {', '.join(warm_start(runners[-1].algo, cfg['init']))} from {cfg['init']}")
+        streams.capture()
     (run_dir / "config.yaml").write_text(json.dumps({**cfg, "resume": None}, indent=2))
     try:
-        driver = SeedsRunner(runners) if offline else OffPolicySeedsRunner(runners)
+        driver = {"offline": lambda: SeedsRunner(runners), "off_policy": lambda: OffPolicySeedsRunner(runners),
+                  "on_policy": lambda: OnPolicySeedsRunner(runners, streams)}[kind]()
         driver.learn(int(cfg["iterations"]), checkpoint_interval=int(cfg["checkpoint_interval"]))
         finals = [runner.save(runner.run_dir / "checkpoints" / "final") for runner in runners]
     finally:

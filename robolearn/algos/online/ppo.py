@@ -11,12 +11,16 @@ terminations do not; rsl_rl instead adds gamma * V(s_t) of the *current* state a
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from tensordict import TensorDict
 
 from policies.actor_critic import ActorCritic
 from robolearn.algos.base import AlgoSpec, register
+from robolearn.algos.common import gradient_step
+from robolearn.algos.seeds import per_seed
 from robolearn.core.advantages import gae
 from robolearn.core.losses import ppo_clip_loss, value_loss
 from robolearn.errors import ConfigError
@@ -90,7 +94,16 @@ class RolloutStorage:
 
 
 class PPO:
-    """The PPO learner: owns the actor-critic, its optimizer and the update."""
+    """The PPO learner: owns the actor-critic, its optimizer and the update.
+
+    The update's tensor work lives in three methods named by `graph_methods` (the advantages, one minibatch step,
+    the normalisers) and the learning rate is a tensor (`lr`), so a seed-batch (`robolearn.algos.seeds.SeedBatch`)
+    runs S seeds' updates as one: `robolearn train algo=ppo seeds=[...]`.
+    """
+
+    name = "ppo"
+    #: the tensor work of `update`: vmapped over the seed axis in a seed-batch
+    graph_methods: tuple[str, ...] = ("_advantages", "_minibatch_step", "_update_normalizers")
 
     @classmethod
     def for_env(cls, env, cfg: PPOConfig, device: torch.device) -> PPO:
@@ -104,9 +117,24 @@ class PPO:
     def __init__(self, policy: ActorCritic, cfg: PPOConfig, device: torch.device):
         self.policy = policy.to(device)
         self.cfg = cfg
-        self.device = device
+        self.device = torch.device(device)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate)
-        self.learning_rate = cfg.learning_rate
+        # the KL-adapted learning rate: a tensor, so the adaptation needs no host sync inside a seed-batch
+        self.lr = torch.tensor(cfg.learning_rate, device=self.device)
+        self.updates = 0
+        self.compiled = False
+        self._seed_binding: Any = None  # set by a seed-batch while its update runs
+
+    @property
+    def learning_rate(self) -> float:
+        return float(self.lr)
+
+    @learning_rate.setter
+    def learning_rate(self, value: float) -> None:
+        with torch.no_grad():
+            self.lr.fill_(value)
+        for group in self.optimizer.param_groups:
+            group["lr"] = float(value)
 
     @torch.no_grad()
     def rollout_step(self, obs: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -139,6 +167,17 @@ class PPO:
     def load_model_state(self, state: dict[str, torch.Tensor]) -> None:
         self.policy.load_state_dict(state)
 
+    def _networks(self) -> dict[str, torch.nn.Module]:
+        """Every learned network (what a seed-batch stacks): the actor-critic with its normalisers."""
+        return {"policy": self.policy}
+
+    def _scalars(self) -> dict[str, torch.Tensor]:
+        return {"lr": self.lr}
+
+    def _seed_template(self) -> PPO:
+        """A fresh learner of this one's sizes and config: a seed-batch's template."""
+        return type(self)(ActorCritic(**self.policy.config), self.cfg, self.device)
+
     @torch.no_grad()
     def final_values(self, final_obs: TensorDict, time_outs: torch.Tensor) -> torch.Tensor | None:
         """Critic values of the true final observations, where an episode timed out."""
@@ -146,67 +185,104 @@ class PPO:
             return None
         return self.policy.value(final_obs)
 
-    def update(self, storage: RolloutStorage, last_obs: TensorDict, generator: torch.Generator) -> dict[str, float]:
+    # --- the update -------------------------------------------------------------------------------
+    def update(self, storage: RolloutStorage, last_obs: TensorDict, generator: torch.Generator | list
+               ) -> dict[str, torch.Tensor]:
+        """Advantages, then `num_epochs` passes of `num_minibatches` minibatch steps, then the normalisers.
+
+        Returns the statistics as tensors, means over the minibatch steps (each [S] in a seed-batch, where `storage`
+        and `last_obs` hold S seeds' rollouts on a leading axis and `generator` is one generator per seed).
+        """
+        cfg = self.cfg
+        obs = _groups(storage.obs)
+        flat_obs, actions, old_logp, old_values, adv, returns = self._advantages(
+            obs, storage.actions, storage.log_probs, storage.values, storage.rewards, storage.dones, storage.truncs,
+            storage.bootstrap_values, _groups(last_obs))
+        batch = adv.shape[-1]
+        mb_size = batch // cfg.num_minibatches
+        sums: dict[str, torch.Tensor] = {}
+        for _ in range(cfg.num_epochs):
+            perm = per_seed(lambda n, g: torch.randperm(n, generator=g, device="cpu"), batch, generator)
+            perm = perm.to(self.device)
+            for start in range(0, mb_size * cfg.num_minibatches, mb_size):
+                stats = self._minibatch_step(flat_obs, actions, old_logp, old_values, adv, returns,
+                                             perm[..., start:start + mb_size])
+                for k, v in stats.items():
+                    sums[k] = sums[k] + v if k in sums else v
+        steps = cfg.num_epochs * cfg.num_minibatches
+        # Normalisers learn from this rollout only after the update, so ratios start at exactly 1.
+        out = self._update_normalizers(flat_obs)
+        self.updates += 1
+        storage.step = 0
+        return {**{k: v / steps for k, v in sums.items()}, **out}
+
+    def _advantages(self, obs: dict[str, torch.Tensor], actions: torch.Tensor, log_probs: torch.Tensor,
+                    values: torch.Tensor, rewards: torch.Tensor, dones: torch.Tensor, truncs: torch.Tensor,
+                    bootstrap_values: torch.Tensor, last_obs: dict[str, torch.Tensor]) -> tuple[Any, ...]:
+        """GAE over the rollout ([T, N]) with the critic's value of `last_obs`; the rollout flattened to [T * N]."""
         cfg = self.cfg
         with torch.no_grad():
-            storage.values[-1] = self.policy.value(last_obs)
+            values = torch.cat([values[:-1], self.policy.value(last_obs)[None]])
         # [T, N] -> [N, T]: the shared estimator is batch-major.
-        adv, returns = gae(storage.rewards.T, storage.values.T, dones=storage.dones.T, truncs=storage.truncs.T,
-                           bootstrap_values=storage.bootstrap_values.T, gamma=cfg.gamma, lam=cfg.lam)
-        adv, returns = adv.T.reshape(-1), returns.T.reshape(-1)
-        obs = storage.obs.reshape(-1)
-        actions = storage.actions.reshape(-1, storage.actions.shape[-1])
-        old_logp = storage.log_probs.reshape(-1)
-        old_values = storage.values[:-1].reshape(-1)
+        adv, returns = gae(rewards.T, values.T, dones=dones.T, truncs=truncs.T, bootstrap_values=bootstrap_values.T,
+                           gamma=cfg.gamma, lam=cfg.lam)
+        flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in obs.items()}
+        return (flat, actions.reshape(-1, actions.shape[-1]), log_probs.reshape(-1), values[:-1].reshape(-1),
+                adv.T.reshape(-1), returns.T.reshape(-1))
 
-        batch = adv.shape[0]
-        mb_size = batch // cfg.num_minibatches
-        stats = {"loss/policy": 0.0, "loss/value": 0.0, "loss/entropy": 0.0, "kl": 0.0, "clip_fraction": 0.0}
-        updates = 0
-        for _ in range(cfg.num_epochs):
-            perm = torch.randperm(batch, generator=generator, device="cpu").to(self.device)
-            for start in range(0, mb_size * cfg.num_minibatches, mb_size):
-                idx = perm[start:start + mb_size]
-                mb_adv = adv[idx]
-                if cfg.normalize_advantages:
-                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-                dist = self.policy.distribution(obs[idx])
-                logp = dist.log_prob(actions[idx]).sum(-1)
-                entropy = dist.entropy().sum(-1).mean()
-                pg_loss, info = ppo_clip_loss(logp, old_logp[idx], mb_adv, clip_low=cfg.clip,
-                                              clip_high=cfg.clip_high, dual_clip=cfg.dual_clip)
-                v_loss = value_loss(self.policy.value(obs[idx]), old_values[idx], returns[idx], clip=cfg.value_clip)
-                loss = pg_loss + cfg.value_coef * v_loss - cfg.entropy_coef * entropy
+    def _minibatch_step(self, obs: dict[str, torch.Tensor], actions: torch.Tensor, old_logp: torch.Tensor,
+                        old_values: torch.Tensor, adv: torch.Tensor, returns: torch.Tensor, idx: torch.Tensor
+                        ) -> dict[str, torch.Tensor]:
+        """One clipped-surrogate step on the minibatch `idx`, at the learning rate the minibatch's KL adapts."""
+        cfg = self.cfg
+        mb = {k: v[idx] for k, v in obs.items()}
+        mb_adv = adv[idx]
+        if cfg.normalize_advantages:
+            mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
 
-                if cfg.schedule == "adaptive":
-                    self._adapt_learning_rate(float(info["approx_kl"]))
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
-                self.optimizer.step()
+        def loss_fn() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            dist = self.policy.distribution(mb)
+            logp = dist.log_prob(actions[idx]).sum(-1)
+            entropy = dist.entropy().sum(-1).mean()
+            pg_loss, info = ppo_clip_loss(logp, old_logp[idx], mb_adv, clip_low=cfg.clip, clip_high=cfg.clip_high,
+                                          dual_clip=cfg.dual_clip)
+            v_loss = value_loss(self.policy.value(mb), old_values[idx], returns[idx], clip=cfg.value_clip)
+            loss = pg_loss + cfg.value_coef * v_loss - cfg.entropy_coef * entropy
+            return loss, {"loss/policy": pg_loss.detach(), "loss/value": v_loss.detach(),
+                          "loss/entropy": entropy.detach(), "kl": info["approx_kl"],
+                          "clip_fraction": info["clip_fraction"]}
 
-                stats["loss/policy"] += pg_loss.item()
-                stats["loss/value"] += v_loss.item()
-                stats["loss/entropy"] += entropy.item()
-                stats["kl"] += float(info["approx_kl"])
-                stats["clip_fraction"] += float(info["clip_fraction"])
-                updates += 1
-        # Normalisers learn from this rollout only after the update, so ratios start at exactly 1.
-        self.policy.update_normalizers(storage.obs.reshape(-1))
-        storage.step = 0
-        out = {k: v / max(updates, 1) for k, v in stats.items()}
-        out["learning_rate"] = self.learning_rate
-        out["action_std"] = self.policy.log_std.detach().exp().mean().item()
-        return out
+        _, stats = self._step(self.optimizer, loss_fn)
+        return stats
 
-    def _adapt_learning_rate(self, kl: float) -> None:
-        """rsl_rl's rule: shrink the step when the policy moved too far, grow it when it barely moved."""
-        if kl > 2.0 * self.cfg.desired_kl:
-            self.learning_rate = max(1e-5, self.learning_rate / 1.5)
-        elif 0.0 < kl < 0.5 * self.cfg.desired_kl:
-            self.learning_rate = min(1e-2, self.learning_rate * 1.5)
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.learning_rate
+    def _adapted_lr(self, out: tuple[torch.Tensor, dict[str, torch.Tensor]]) -> torch.Tensor:
+        """The rate of this minibatch's step from its KL before the step (rsl_rl's rule: shrink the step when the
+        policy moved too far, grow it when it barely moved); `lr` keeps it."""
+        if self.cfg.schedule == "adaptive":
+            lr, kl, target = self.lr, out[1]["kl"], self.cfg.desired_kl
+            new = torch.where(kl > 2.0 * target, torch.clamp(lr / 1.5, min=1e-5),
+                              torch.where((kl > 0.0) & (kl < 0.5 * target), torch.clamp(lr * 1.5, max=1e-2), lr))
+            with torch.no_grad():
+                self.lr.copy_(new)
+        return self.lr
+
+    def _step(self, opt: torch.optim.Optimizer, loss_fn: Callable[[], Any]) -> Any:
+        """One Adam step at the adapted rate on the gradient of `loss_fn()`, clipped to `max_grad_norm`
+        (`gradient_step`; inside a seed-batch's vmapped update, the batch's functional step)."""
+        if self._seed_binding is not None:
+            return self._seed_binding.step(opt, loss_fn, self._adapted_lr, self.cfg.max_grad_norm)
+        return gradient_step(opt, loss_fn, self.compiled, self._adapted_lr, self.cfg.max_grad_norm)
+
+    @torch.no_grad()
+    def _update_normalizers(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Fold the rollout into the observation normalisers; the rate and the action std for the log."""
+        self.policy.update_normalizers(obs)
+        return {"learning_rate": self.lr.clone(), "action_std": self.policy.log_std.exp().mean()}
+
+
+def _groups(obs: Any) -> dict[str, torch.Tensor]:
+    """A TensorDict's (or dict's) observation groups as a plain dict, what the vmapped methods take."""
+    return {k: obs[k] for k in obs.keys()}
 
 
 register(AlgoSpec("ppo", PPOConfig, "robolearn.algos.online.ppo:PPO", runner="on_policy", actor="gaussian"))

@@ -15,7 +15,7 @@ from robolearn.data.formats import save_dataset
 SMALL = ["+env.overrides.episode_length=100", "runner.log_every=15", "runner.eval_every=30", "runner.eval_episodes=4",
          "algo.batch_size=32", "algo.actor_hidden=[32,32]", "algo.critic_hidden=[32,32]", "video=false",
          "progress=false", "checkpoint_interval=1"]
-VOLATILE = ("wall_s", "updates_per_s", "env_steps_per_s", "eval/seconds")
+VOLATILE = ("wall_s", "updates_per_s", "env_steps_per_s", "collection_steps_per_s", "eval/seconds")
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +92,33 @@ def test_online_seeds_equal_their_solo_runs(tmp_path):
     assert rows(tmp_path / "seeds" / "seed0")[-1]["critic_loss"] != batched[-1]["critic_loss"]
 
 
-def test_seeds_refuses_online_runs_and_repeated_seeds(dataset, tmp_path, capsys):
-    assert main(["train", "env=pendulum-swingup", "algo=ppo", "seeds=[0,1]", f"run_dir={tmp_path / 'a'}",
-                 "video=false", "progress=false"]) != 0
-    assert "online takes one seed= per run" in capsys.readouterr().err
+PPO = ["env=pendulum-swingup", "env.num_envs=8", "algo=ppo", "algo.num_steps=16", "algo.actor_hidden=[16]",
+       "algo.critic_hidden=[16]", "+env.overrides.episode_length=50", "video=false", "progress=false",
+       "checkpoint_interval=1"]
+
+
+def test_ppo_seeds_equal_their_solo_runs_and_resume(tmp_path):
+    """PPO with seeds=[0,1]: each seed's rollouts (actions from its own copy of torch's global streams), minibatch
+    permutations, KL-adapted rates and normalisers equal `seed=1` alone; a batch stopped after one iteration and
+    resumed ends where it would have."""
+    batched, split, solo = tmp_path / "seeds", tmp_path / "split", tmp_path / "solo"
+    assert main(["train", *PPO, "seeds=[0,1]", f"run_dir={batched}", "iterations=3"]) == 0
+    assert main(["train", *PPO, "seed=1", f"run_dir={solo}", "iterations=3"]) == 0
+    assert_rows_close(rows(batched / "seed1"), rows(solo))
+    assert_states_close(batched / "seed1", solo)
+    assert rows(batched / "seed0")[-1]["loss/value"] != rows(batched / "seed1")[-1]["loss/value"]
+    assert main(["train", *PPO, "seeds=[0,1]", f"run_dir={split}", "iterations=1"]) == 0
+    assert main(["train", f"resume={split}", "iterations=3"]) == 0
+    for seed in (0, 1):
+        assert_rows_close(rows(batched / f"seed{seed}"), rows(split / f"seed{seed}"))
+        assert_states_close(batched / f"seed{seed}", split / f"seed{seed}")
+    assert load_policy(batched / "seed0" / "checkpoints" / "final")({"policy": torch.zeros(2, 3)}).shape == (2, 1)
+
+
+def test_seeds_refuses_unbatched_algorithms_and_repeated_seeds(dataset, tmp_path, capsys):
+    assert main(["train", "algo=ro2o", f"dataset={dataset}", *SMALL, "seeds=[0,1]", "iterations=1",
+                 f"run_dir={tmp_path / 'a'}"]) != 0
+    assert "no seed-batched update" in capsys.readouterr().err
     assert main(["train", "algo=td3_bc", f"dataset={dataset}", *SMALL, "seeds=[1,1]", "iterations=1",
                  f"run_dir={tmp_path / 'b'}"]) != 0
     assert "lists a seed twice" in capsys.readouterr().err
