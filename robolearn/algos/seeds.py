@@ -144,7 +144,7 @@ class SeedBatch:
             raise ConfigError("a seed-batch needs at least one learner")
         first = learners[0]
         if not first.graph_methods:
-            raise ConfigError(f"algo={first.name} has no seed-batched update (its update names no graph methods)")
+            raise ConfigError(f"{type(first).__name__} has no seed-batched update (its update names no graph methods)")
         if any(type(learner) is not type(first) or learner.cfg != first.cfg for learner in learners):
             raise ConfigError("a seed-batch's learners must share one algorithm and config (they differ by seed)")
         if len({learner.updates for learner in learners}) != 1:

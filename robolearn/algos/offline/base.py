@@ -127,7 +127,7 @@ class OfflineAlgo:
         self.device = torch.device(device)
         self.obs_dim, self.num_actions = obs_dim, num_actions
         self.updates = 0             # gradient steps done (the runner restores it on resume)
-        self.compiled = bool(getattr(cfg, "compile", False))  # RO2O has no compiled path
+        self.compiled = bool(getattr(cfg, "compile", False))
         self.graph_methods: tuple[str, ...] = ()  # `_update_graphs`: what compiles and what a seed-batch vmaps
         self._seed_binding: Any = None            # set by a seed-batch while its vmapped update runs
 

@@ -68,6 +68,7 @@ class RO2OConfig:
     ood_reg_decay: float = 5e-7         # per update (q_ood_uncertainty_decay); online: 0
     reward_scale: float = 1.0
     reward_bias: float = 0.0
+    compile: bool = False               # torch.compile the update steps into one graph (`compile_update`)
 
     def validate(self) -> None:
         check_common(self, "ro2o")
@@ -104,6 +105,7 @@ class RO2O(OfflineAlgo):
                             "critic": adam(self.critic.parameters(), cfg.critic_lr),
                             "alpha": adam([self.log_alpha], cfg.temperature_lr)}
         self._describe("tanh_gaussian")
+        self._update_graphs("_fit")
 
     def _networks(self) -> dict[str, torch.nn.Module]:
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target}
@@ -200,48 +202,54 @@ class RO2O(OfflineAlgo):
         penalty = (1 - cfg.q_smooth_tau) * diff.clamp(min=0) ** 2 + cfg.q_smooth_tau * diff.clamp(max=0) ** 2
         return cfg.beta_q_smooth * penalty.mean(0).max(-1).values.mean()
 
-    def ood_penalty(self, obs: torch.Tensor, delta: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    def ood_penalty(self, obs: torch.Tensor, delta: torch.Tensor, noise: torch.Tensor,
+                    ood_reg: float | torch.Tensor | None = None) -> torch.Tensor:
         """beta_ood * mean (Q_i(s~, a~) - [Q_i(s~, a~) - lambda std_i Q_i(s~, a~)])^2 with the bracket fixed,
-        s~ = s + delta, a~ ~ pi(s~) from `noise` [B, n, A]."""
+        s~ = s + delta, a~ ~ pi(s~) from `noise` [B, n, A]; lambda is `ood_reg` (this update's, `self.ood_reg`, when
+        None)."""
+        ood_reg = self.ood_reg if ood_reg is None else ood_reg
         obs_p = self.perturbed(obs, delta)
         with torch.no_grad():
             actions_p, _ = self.actor.sample(obs_p, noise=noise.reshape(obs_p.shape[0], -1))
         q = self.critic(obs_p, actions_p)                               # [E, B * n]
-        target = (q - self.ood_reg * q.std(0)).detach()
+        target = (q - ood_reg * q.std(0)).detach()
         return self.cfg.beta_ood * ((q - target) ** 2).mean()
 
-    def critic_loss(self, batch: dict[str, Any], draws: dict[str, torch.Tensor], alpha: torch.Tensor
-                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """TD (the sum of each critic's MSE) + Q smoothness + OOD penalty, and statistics."""
+    def critic_loss(self, batch: dict[str, Any], draws: dict[str, torch.Tensor], alpha: torch.Tensor,
+                    ood_reg: float | torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """TD (the sum of each critic's MSE) + Q smoothness + OOD penalty (at lambda `ood_reg`), and statistics."""
         obs, actions = batch["obs"]["policy"], batch["actions"]
         q = self.critic(obs, actions)
         td = ((q - self.target(batch, draws["target"], alpha)) ** 2).mean(-1).sum()
         zero = torch.zeros((), device=self.device)
         smooth = self.q_smoothness(obs, actions, draws["q_delta"], q) if self.cfg.beta_q_smooth else zero
-        ood = self.ood_penalty(obs, draws["ood_delta"], draws["ood"]) if self.cfg.beta_ood else zero
+        ood = self.ood_penalty(obs, draws["ood_delta"], draws["ood"], ood_reg) if self.cfg.beta_ood else zero
         loss = td + smooth + ood
         return loss, {"critic_loss": loss.detach(), "td_loss": td.detach(), "q_smooth_loss": smooth.detach(),
                       "ood_loss": ood.detach(), "q_mean": q.detach().mean()}
 
     # --- one gradient step ----------------------------------------------------------------------
     def update(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
-        """Temperature, actor, critics (each with the temperature just updated), then the Polyak update."""
+        """Temperature, actor, critics (each with the temperature just updated), then the Polyak update. The draws and
+        lambda's schedule happen here, the tensor work in `_fit` (one graph with `compile: true`)."""
+        self._ensure_adam_state()  # a restore may have replaced it with an empty state
+        draws = self._draws(batch, generator)
+        stats = self._fit(batch, draws, torch.tensor(self.ood_reg, device=self.device))  # a tensor: no recompiles
+        self.updates += 1
+        return stats
+
+    def _fit(self, batch: dict[str, Any], draws: dict[str, torch.Tensor], ood_reg: torch.Tensor
+             ) -> dict[str, torch.Tensor]:
         obs = batch["obs"]["policy"]
-        draws = self.draw(obs.shape[0], generator)
-        stats = {"ood_reg": torch.tensor(self.ood_reg)}
         self._step(self._optimizers["alpha"], lambda: self.alpha_loss(obs, draws["alpha"]))
         alpha = self.alpha
         actor_loss, actor_stats = self._step(
             self._optimizers["actor"], lambda: self.actor_loss(obs, draws["actor"], draws["policy_delta"], alpha))
         critic_loss, critic_stats = self._step(self._optimizers["critic"],
-                                               lambda: self.critic_loss(batch, draws, alpha))
+                                               lambda: self.critic_loss(batch, draws, alpha, ood_reg))
         polyak_update(self.critic_target, self.critic, self.cfg.tau)
-        self.updates += 1
-        stats.update(actor_stats)
-        stats.update(critic_stats)
-        stats.update({"actor_loss": actor_loss.detach(), "alpha": alpha})
-        return stats
-
+        return {"ood_reg": ood_reg.clone(), **actor_stats, **critic_stats, "actor_loss": actor_loss.detach(),
+                "alpha": alpha}
 
 
 register(AlgoSpec("ro2o", RO2OConfig, "robolearn.algos.offline.ro2o:RO2O", runner="offline", actor="tanh_gaussian"))

@@ -20,6 +20,7 @@ from robolearn.algos.offline.calql import CalQL, CalQLConfig, return_to_go
 from robolearn.algos.offline.cql import CQL, CQLConfig
 from robolearn.algos.offline.iql import IQL, IQLConfig
 from robolearn.algos.offline.rebrac import ReBRAC, ReBRACConfig
+from robolearn.algos.offline.ro2o import RO2O, RO2OConfig
 from robolearn.algos.offline.td3_bc import TD3BC, TD3BCConfig
 from robolearn.checkpoints import checkpoint
 from robolearn.checkpoints.policy import load_policy
@@ -577,10 +578,13 @@ def test_compiled_iql_update_matches_eager(actor):
 
 
 @pytest.mark.parametrize("cls, cfg_cls, kw", [(ReBRAC, ReBRACConfig, {"actor_every": 2}),
-                                                (CQL, CQLConfig, {"bc_steps": 2, "cql_lagrange": True})])
+                                                (CQL, CQLConfig, {"bc_steps": 2, "cql_lagrange": True}),
+                                                (RO2O, RO2OConfig, {"num_critics": 2, "sample_size": 2,
+                                                                    "ood_reg_decay": 0.1})])
 def test_compiled_offline_updates_match_eager(cls, cfg_cls, kw):
     """`compile: true` (ReBRAC, and so TD3+BC whose update it runs: a critic and an actor graph; CQL, and so Cal-QL:
-    one graph with the Lagrange and temperature steps, across the BC warm-up): the same draws and math as eager."""
+    one graph with the Lagrange and temperature steps, across the BC warm-up; RO2O: one graph, its decaying lambda a
+    graph input): the same draws and math as eager."""
     learners = []
     for compiled in (False, True):
         torch.manual_seed(0)

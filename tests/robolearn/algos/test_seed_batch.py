@@ -17,7 +17,8 @@ SMALL = {"actor_hidden": (16, 16), "critic_hidden": (16, 16)}
 VARIANTS = {"bc": {"actor_hidden": (16, 16)}, "iql": {**SMALL, "value_hidden": (16, 16), "actor_lr_decay_steps": 50},
             "td3_bc": {**SMALL, "actor_every": 2}, "rebrac": {**SMALL, "actor_every": 2},
             "cql": {**SMALL, "cql_lagrange": True, "cql_n_actions": 3, "bc_steps": 2},
-            "calql": {**SMALL, "cql_n_actions": 3}}
+            "calql": {**SMALL, "cql_n_actions": 3},
+            "ro2o": {**SMALL, "num_critics": 3, "sample_size": 3, "ood_reg_decay": 0.01}}
 
 
 def batch(g: torch.Generator) -> dict:
@@ -93,8 +94,12 @@ def test_refuses_mixed_learners_and_algorithms_without_a_batched_update():
     spec = algos.spec("iql")
     with pytest.raises(ConfigError, match="share one algorithm and config"):
         SeedBatch([spec.learner_class()(D, A, spec.config(actor_lr=1e-3)), spec.learner_class()(D, A, spec.config())])
-    with pytest.raises(ConfigError, match="no seed-batched update"):
-        SeedBatch([algos.spec("ro2o").learner_class()(D, A, algos.spec("ro2o").config())])
+    from policies.flow import FlowPolicy
+    from robolearn.algos.chunk.dsrl import DSRLNA
+    from robolearn.algos.online.sac import SACConfig
+
+    with pytest.raises(ConfigError, match="no seed-batched update"):  # DSRL-NA's update is its own
+        SeedBatch([DSRLNA(FlowPolicy(D, A, chunk=2, hidden=(8,)), 1.0, D, D, SACConfig(**SMALL))])
 
 
 ONLINE = {"sac": {**SMALL, "num_critics": 4, "num_min_critics": 2, "actor_every": 2},

@@ -115,10 +115,12 @@ def test_ppo_seeds_equal_their_solo_runs_and_resume(tmp_path):
     assert load_policy(batched / "seed0" / "checkpoints" / "final")({"policy": torch.zeros(2, 3)}).shape == (2, 1)
 
 
-def test_seeds_refuses_unbatched_algorithms_and_repeated_seeds(dataset, tmp_path, capsys):
-    assert main(["train", "algo=ro2o", f"dataset={dataset}", *SMALL, "seeds=[0,1]", "iterations=1",
-                 f"run_dir={tmp_path / 'a'}"]) != 0
-    assert "no seed-batched update" in capsys.readouterr().err
+def test_seeds_takes_every_offline_algorithm_and_refuses_repeated_seeds(dataset, tmp_path, capsys):
+    """RO2O (the last offline learner to get a seed-batched update) trains with seeds=; a seed listed twice is
+    refused by name."""
+    assert main(["train", "algo=ro2o", f"dataset={dataset}", *SMALL, "algo.sample_size=2", "algo.num_critics=2",
+                 "seeds=[0,1]", "iterations=1", f"run_dir={tmp_path / 'a'}"]) == 0
+    assert all(len(rows(tmp_path / "a" / f"seed{k}")) == 1 for k in (0, 1))
     assert main(["train", "algo=td3_bc", f"dataset={dataset}", *SMALL, "seeds=[1,1]", "iterations=1",
                  f"run_dir={tmp_path / 'b'}"]) != 0
     assert "lists a seed twice" in capsys.readouterr().err
