@@ -19,6 +19,7 @@ The ROS 2 bridge (`real/`) adds:
     robolearn record out=run.mcap topics=/odom,/imu,/ackermann_cmd
     robolearn bag2dataset bag=run.mcap out=episodes
     robolearn learner run_dir=runs/car algo=serl      robolearn actor learner=host:50051 robot=rc_car
+    robolearn tls-cert out=certs host=gpu-box         # the learner's TLS key + certificate (tls_cert=, tls_ca=)
 
 Every command composes `configs/<command>.yaml` over its schema (a dataclass; `robolearn.config`), so
 options are Hydra `key=value` overrides and an unknown key is an error that names it.
@@ -52,6 +53,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bag2dataset": ("real.bag2dataset:cmd_bag2dataset", "real.bag2dataset:Bag2DatasetConfig"),
     "actor": ("real.rl.actor:cmd_actor", "real.rl.actor:ActorConfig"),
     "learner": ("real.rl.learner:cmd_learner", "real.rl.learner:LearnerConfig"),
+    "tls-cert": ("real.rl.tls:cmd_tls_cert", "real.rl.tls:TLSCertConfig"),
 }
 
 
