@@ -1,7 +1,11 @@
-"""The bridge against a real ROS 2 node: rclpy on Fast DDS (ROS 2's default middleware) in another process.
+"""The bridge against a real ROS 2 node: rclpy on Fast DDS (ROS 2's default middleware) in another process, and a
+plain Cyclone DDS application with its own ROS 2 types.
 
 tests/real/ros2_peer.py is that node (rclpy and the generated message classes only). These tests show that
-robolearn's two network transports, ``dds`` (Cyclone DDS speaking the ROS 2 mapping) and ``rclpy``, talk to it:
+robolearn's two network transports, ``dds`` (Cyclone DDS speaking the ROS 2 mapping) and ``rclpy``, talk to it.
+tests/real/cyclone_peer.py is the Cyclone application (cyclonedds with default settings, types generated from the
+rosbags store, nothing of robolearn's): the interop matrix runs the ``dds`` transport against it too, so robolearn
+talks to both of ROS 2's DDS stacks at once, each left at its defaults.
 
 - the fake RC car's /odom and /imu reach it, it drives the car with geometry_msgs/Twist, it receives the deploy
   runner's commands, and its std_msgs/Bool e-stop stops the runner (in-process car and runner, both transports);
@@ -44,6 +48,7 @@ from real import msgs
 from real.transport import make_transport
 
 PEER_SCRIPT = Path(__file__).with_name("ros2_peer.py")
+CYCLONE_PEER_SCRIPT = Path(__file__).with_name("cyclone_peer.py")
 ROS_MODULES = ("rclpy", "std_msgs.msg", "geometry_msgs.msg", "nav_msgs.msg", "sensor_msgs.msg")
 INSTALL_HINT = "pip install -e '.[ros]' (make test installs it)"
 KINDS = ("dds", "rclpy")  # robolearn's transports that reach other processes
@@ -81,10 +86,11 @@ def ros_env(dds_domain: int, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 class Ros2Peer:
     """tests/real/ros2_peer.py in a subprocess; `call` sends one JSON command and returns its reply (see the script)."""
 
-    def __init__(self, env: dict[str, str], start_timeout: float = 30.0) -> None:
-        """Start the node with ``env`` (its ROS_DOMAIN_ID) and wait for it to report ready."""
+    def __init__(self, env: dict[str, str], start_timeout: float = 30.0, script: Path = PEER_SCRIPT) -> None:
+        """Start the node (``script``: the rclpy node, or `CYCLONE_PEER_SCRIPT`) with ``env`` (its ROS_DOMAIN_ID) and
+        wait for it to report ready."""
         self.stderr = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen([sys.executable, str(PEER_SCRIPT), "serve"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, str(script), "serve"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=env)
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -243,9 +249,11 @@ def running(run: Callable[..., Any], stop: Callable[[], None], **kwargs: Any) ->
 # --- the interop matrix ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_every_message_type_both_ways_with_each_qos_profile(kind: str, ros_env: dict[str, str]) -> None:
-    """All wire types x {sensor_data, default, latched} x {robolearn -> ROS 2, ROS 2 -> robolearn}, in one batch.
+@pytest.mark.parametrize("kind, peer_kind", [("dds", "fastdds"), ("rclpy", "fastdds"), ("dds", "cyclone")])
+def test_every_message_type_both_ways_with_each_qos_profile(kind: str, peer_kind: str, ros_env: dict[str, str]
+                                                            ) -> None:
+    """All wire types x {sensor_data, default, latched} x {robolearn -> ROS 2, ROS 2 -> robolearn}, in one batch,
+    against the rclpy node on Fast DDS and (the dds transport) against a default-configured Cyclone application.
 
     Volatile topics are published every 50 ms until they arrive (a best-effort or reliable sample written before
     discovery matched is not delivered). Latched topics get an older message and then the sample before the other
@@ -256,7 +264,8 @@ def test_every_message_type_both_ways_with_each_qos_profile(kind: str, ros_env: 
     to_ros = {topic("to_ros", qos, t): (qos, t) for qos in EXPECTED_QOS for t in WIRE_TYPES}
     from_ros = {topic("from_ros", qos, t): (qos, t) for qos in EXPECTED_QOS for t in WIRE_TYPES}
     got: dict[str, list[Any]] = {name: [] for name in from_ros}
-    with Ros2Peer(ros_env) as peer, make_transport(kind, node_name="robolearn_interop") as transport:
+    script = CYCLONE_PEER_SCRIPT if peer_kind == "cyclone" else PEER_SCRIPT
+    with Ros2Peer(ros_env, script=script) as peer, make_transport(kind, node_name="robolearn_interop") as transport:
         # robolearn -> ROS 2: volatile publishers (repeated below), latched ones written before the peer subscribes
         repeated = []
         for name, (qos, msg_type) in to_ros.items():
@@ -311,6 +320,8 @@ def test_every_message_type_both_ways_with_each_qos_profile(kind: str, ros_env: 
                 assert len(got[name]) == 1, f"{name}: the late joiner got {len(got[name])} messages"
             assert_same(plain(got[name][-1]), plain(sample[msg_type]), name)
         assert all(sub.publisher_count() >= 1 for sub in subscriptions)
+        if peer_kind == "cyclone":
+            return  # a plain DDS application has no ROS graph
 
         # the ROS graph shows robolearn's endpoints with their ROS type names and QoS
         graph = peer.graph(*to_ros, *from_ros)
