@@ -5,7 +5,7 @@ It publishes ``/odom`` (nav_msgs/Odometry) and ``/imu`` (sensor_msgs/Imu) and ob
 whole loop (runner, safety, recorder, actor) runs on one machine, and any ROS 2 node or DDS participant using
 the ROS 2 mapping can drive and read it.
 
-    robolearn fake-robot transport=dds rate_hz=50 seed=0
+    robolearn fake-robot transport=dds rate_hz=50 seed=0       # robot=rc_car, the only robot it simulates
 
 Each control period (absolute deadlines) it steps the task (C backend, one env, ``ctrl_dt = 1 / rate_hz``)
 with the latest command held, then publishes the state:
@@ -89,14 +89,28 @@ class FakeCarConfig:
             raise ConfigError("fake robot cmd_timeout and steering_scale must be > 0")
 
 
+#: Why `robot=` takes only the car, and what stands in for an arm: deploy's other robot.
+ONLY_THE_CAR = ("the fake robot simulates only the RC car (robot=rc_car, the default: deploy's "
+                "configs/robot/rc_car.yaml). For an arm policy: play it in the sim arm tasks (robolearn eval "
+                "checkpoint=<run>/checkpoints/final), then run robolearn deploy robot=arm against the arm's ROS 2 "
+                "driver; without hardware, ros2_control's mock_components/GenericSystem answers joint commands with "
+                "/joint_states")
+
+
 @dataclasses.dataclass
 class FakeRobotConfig(FakeCarConfig):
     """`robolearn fake-robot`: the process (robot, transport, duration, stats file) and the car's settings."""
 
+    robot: str = "rc_car"            # the simulated robot: rc_car only (as deploy's robot=rc_car; old command lines)
     transport: str = "auto"          # auto | dds | rclpy (not memory: other processes must reach it)
     domain_id: int | None = None     # DDS / ROS domain; null: ROS_DOMAIN_ID or 0
     duration: float | None = None    # seconds; null: until Ctrl-C / SIGTERM
     stats_out: str | None = None     # a JSON file for the command-latency statistics at exit
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.robot != "rc_car":
+            raise ConfigError(f"robot={self.robot}: {ONLY_THE_CAR}")
 
 
 class FakeRcCar:

@@ -72,21 +72,31 @@ def _split_top(text: str) -> list[str]:
     return parts
 
 
-#: Options renamed or moved, per command: old key -> new key. An override of an old key is refused with its new name.
+#: Options renamed or moved, per command: old key -> new key. An override of an old key is refused with its new name,
+#: before Hydra composes (whose own error would only say the key is unknown). Each entry is a rename in this repo's
+#: history; `robolearn bench` also reads this table to resume cells recorded under the old names.
 RENAMED: dict[str, dict[str, str]] = {
-    "train": {f"algo.{k}": f"runner.{k}" for k in RunnerConfig.fields()},  # the runner's settings left algo.*
+    "train": {
+        **{f"algo.{k}": f"runner.{k}" for k in RunnerConfig.fields()},  # the runner's settings left algo.* (9d3957d)
+        "algo.num_envs": "env.num_envs",  # SAC's preset held the env count until the env group took it (90be801)
+    },
     "learner": {"algo.offline_data": "offline_data"},
-    "chunk_bc": {"data": "dataset"},  # one name per concept: `dataset=` as train and finetune
+    "chunk_bc": {"data": "dataset"},  # one name per concept: `dataset=` as train and finetune (1beda59)
 }
 
 
-#: Options removed, per command: old key -> what to do instead.
+_TOKEN = ("a secret on the command line shows in `ps` and the shell history: put it in a file and pass "
+          "token_file=<file>, or set the ROBOLEARN_TOKEN environment variable")
+
+#: Options removed, per command: old key -> what to do instead (a removal in this repo's history).
 REMOVED: dict[str, dict[str, str]] = {
-    "fake_robot": {"robot": "the fake robot simulates only the RC car (deploy's robot=rc_car): drop robot="},
+    "actor": {"token": _TOKEN},  # 7f64c24: the link's secret from token_file= or ROBOLEARN_TOKEN only
+    "learner": {"token": _TOKEN},  # 78fe581
 }
 
 
 def _refuse_renamed(command: str, overrides: Sequence[str]) -> None:
+    """Refuse an override of a removed or renamed key with its replacement (the tables above)."""
     renamed, removed = RENAMED.get(command, {}), REMOVED.get(command, {})
     for o in overrides:
         key = o.split("=", 1)[0].lstrip("+~")
@@ -95,6 +105,51 @@ def _refuse_renamed(command: str, overrides: Sequence[str]) -> None:
         if key in renamed:
             raise ConfigError(f"`{key}` is now `{renamed[key]}` in robolearn {command.replace('_', '-')}: write "
                               f"{renamed[key]}={o.split('=', 1)[1] if '=' in o else '...'}")
+
+
+def _valid_keys(command: str, overrides: Sequence[str], parent: str = "") -> list[str]:
+    """The option names the command has under `parent` (`""`: the top level; `algo`: the chosen algorithm's fields),
+    composed with the config-group choices among `overrides` only; [] when even that does not compose."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    groups = _groups(command)
+    chosen = [_quoted(o) for o in overrides if o.split("=", 1)[0].lstrip("+") in groups]
+    try:
+        with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
+            node: Any = OmegaConf.to_container(hydra_compose(config_name=command, overrides=chosen), resolve=False)
+    except Exception:  # noqa: BLE001 - only a hint: the caller's error stands without it
+        return []
+    for part in parent.split(".") if parent else ():
+        node = node.get(part) if isinstance(node, dict) else None
+    return sorted(node) if isinstance(node, dict) else []
+
+
+def _unknown_key_hint(command: str, key: str, valid: Sequence[str]) -> str:
+    """`robolearn <command> has no <key>= option; did you mean ...? valid options: ...`: what to write instead of an
+    unknown key (a typo, or another command's option), since Hydra's error names only the key it could not set."""
+    import difflib
+
+    parent, _, leaf = key.rpartition(".")
+    prefix, name = f"{parent}." if parent else "", command.replace("_", "-")
+    text = f"robolearn {name} has no {key}= option"
+    if not valid:
+        return text
+    close = difflib.get_close_matches(leaf, valid, n=1)
+    guess = f"; did you mean {prefix}{close[0]}=?" if close else ";"
+    return (f"{text}{guess} valid {f'{prefix}* ' if parent else ''}options: {', '.join(valid)} "
+            f"(`robolearn {name} --help` shows their defaults)")
+
+
+def _missing_key(error: BaseException) -> str | None:
+    """The full key of the unknown option behind a composition error (OmegaConf's key error in its causes), if any."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, (ConfigKeyError, ConfigAttributeError)):
+        cause = cause.__cause__
+    return getattr(cause, "full_key", None) or None
 
 
 def compose(command: str, overrides: Sequence[str] = (), schema: type | None = None) -> dict[str, Any]:
@@ -126,10 +181,13 @@ def compose(command: str, overrides: Sequence[str] = (), schema: type | None = N
             cfg = hydra_compose(config_name=command, overrides=[_quoted(o) for o in overrides])
         out = OmegaConf.to_container(cfg, resolve=True)
     except (HydraException, OmegaConfBaseException) as e:
-        raise ConfigError(f"bad {command} option: {_first_lines(e)}") from e
+        key = _missing_key(e)
+        hint = _unknown_key_hint(command, key, _valid_keys(command, overrides, key.rpartition(".")[0])) if key else ""
+        raise ConfigError(f"bad {command.replace('_', '-')} option: {_first_lines(e)}" + (f"\n{hint}" if hint else "")
+                          ) from e
     for key, value in plain.items():
         if key not in out:
-            raise ConfigError(f"bad {command} option: robolearn {command.replace('_', '-')} has no {key}= option")
+            raise ConfigError(f"bad {command.replace('_', '-')} option: {_unknown_key_hint(command, key, sorted(out))}")
         out[key] = value
     return out
 

@@ -116,7 +116,31 @@ def test_config_and_cli_errors(monkeypatch):
         run("fake-robot", ["seed=x"])
     with pytest.raises(ConfigError, match="multiple of"):
         run("fake-robot", ["rate_hz=30"])
-    with pytest.raises(ConfigError, match="robot"):  # the car is the only fake robot
-        run("fake-robot", ["robot=arm"])
+    with pytest.raises(ConfigError, match="robot=arm: the fake robot simulates only the RC car.*deploy robot=arm"):
+        run("fake-robot", ["robot=arm"])  # the car is the only fake robot: the message says what to use for an arm
     with pytest.raises(ConfigError, match="other processes can reach"):
         run("fake-robot", ["transport=memory"])
+
+
+def test_the_old_command_line_with_robot_rc_car_runs(monkeypatch):
+    """`robolearn fake-robot robot=rc_car ...` (before robot= left, and again now) runs the car to `duration`. The
+    simulator is stubbed (its compile takes seconds; the test above drives the real one)."""
+    runs = []
+
+    class Car:
+        def __init__(self, transport, config):
+            self.config = config
+
+        def run(self, duration):
+            runs.append((self.config.robot, self.config.rate_hz, duration))
+
+        def close(self):
+            pass
+
+        def summary(self):
+            return {"steps": 0}
+
+    monkeypatch.setattr("real.deploy.open_transport", lambda *a: MemoryTransport(MemoryBus()))
+    monkeypatch.setattr("real.fake_robot.FakeRcCar", Car)
+    assert run("fake-robot", ["robot=rc_car", "transport=dds", "rate_hz=20", "duration=0.5"]) == 0
+    assert runs == [("rc_car", 20.0, 0.5)]

@@ -38,7 +38,7 @@ def wait_for(condition, timeout: float, what: str) -> None:
 
 
 def start_fake_car(domain: int, env: dict) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "robolearn", "fake-robot", "transport=dds",
+    cmd = [sys.executable, "-m", "robolearn", "fake-robot", "robot=rc_car", "transport=dds",
            f"domain_id={domain}", f"rate_hz={RATE:g}", "seed=1", "domain_randomization=false"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     lines: queue.Queue[str] = queue.Queue()
