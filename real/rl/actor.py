@@ -221,8 +221,9 @@ def initial_policy(cfg: Mapping[str, Any], client: Any, wait_s: float, seed: int
     runner_cfg = RunnerConfig.from_dict({**{k: v for k, v in cfg.items() if k not in PROCESS_KEYS}, "rate_hz": rate})
     adapter = make_adapter(runner_cfg.robot, runner_cfg.adapter, runner_cfg.rate_hz, {})
     builder = ObservationBuilder(runner_cfg.observation, runner_cfg.inputs, adapter.num_actions, adapter.features)
-    log.warning("no parameters from the learner within %.0f s: starting from a fresh SAC actor (%d obs, %d actions)",
-                wait_s, len(builder), adapter.num_actions)  # fmt: skip
+    log.warning("no parameters from the learner within %.0f s: starting from a fresh SAC actor (%d obs, %d actions)"
+                "; the link's last error: %s", wait_s, len(builder), adapter.num_actions,
+                getattr(client, "last_error", None))  # fmt: skip
     return fresh_policy(len(builder), adapter.num_actions, seed), 0
 
 
@@ -254,6 +255,9 @@ class ActorConfig(DeployConfig):
 
     learner: str | None = None      # the learner's host:port (required)
     token_file: str | None = None   # the shared secret's file; default: the ROBOLEARN_TOKEN environment variable
+    tls_ca: str | None = None       # TLS: the learner's certificate (robolearn tls-cert's .crt) or its CA, PEM
+    tls_server_name: str | None = None  # TLS: the name the learner's certificate holds, if not learner='s host
+    insecure: bool = False          # connect in plaintext, not TLS (a trusted network only); needed without tls_ca
     reward: str | None = None       # module:function(prev_tick, tick) -> reward [, end]; default: the robot's
     record: str | None = None       # a rosbag2 folder to record the run to (inputs and /rl/* per tick)
     batch_size: int = 32            # transitions per shipped batch
@@ -263,7 +267,8 @@ class ActorConfig(DeployConfig):
 
 
 def cmd_actor(cfg: ActorConfig) -> int:
-    """Act on a robot with the learner's policy until Ctrl-C, SIGTERM or `duration`, shipping transitions."""
+    """Act on a robot with the learner's policy until Ctrl-C, SIGTERM or `duration`, shipping transitions.
+    The token: ROBOLEARN_TOKEN or token_file=; TLS: tls_ca= (plaintext only with insecure=true)."""
     from real.deploy import open_transport
     from real.rl.link import ActorClient, read_token
 
@@ -277,10 +282,12 @@ def cmd_actor(cfg: ActorConfig) -> int:
         raise ConfigError("the actor acts with the learner's SAC policy; start from a checkpoint= instead of policy=")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(cfg.torch_threads)
-    runner_cfg = dataclasses.asdict(cfg)
+    deploy_keys = {field.name for field in dataclasses.fields(DeployConfig)}  # the link's options are not the runner's
+    runner_cfg = {k: v for k, v in dataclasses.asdict(cfg).items() if k in deploy_keys}
     import socket
 
-    client = ActorClient(cfg.learner, token, actor_id=cfg.actor_id or f"{socket.gethostname()}/{cfg.robot}")
+    client = ActorClient(cfg.learner, token, actor_id=cfg.actor_id or f"{socket.gethostname()}/{cfg.robot}",
+                         tls_ca=cfg.tls_ca, tls_server_name=cfg.tls_server_name, insecure=cfg.insecure)  # fmt: skip
     try:
         with open_transport(cfg.transport, cfg.domain_id) as transport:
             recorder = None

@@ -1,6 +1,8 @@
 """The learner process of real-world RL: off-policy training on the transitions robots send, parameters back.
 
+    robolearn tls-cert out=certs host=gpu-box       # once: certs/learner.crt (for the robots) + learner.key
     ROBOLEARN_TOKEN=... robolearn learner run_dir=runs/car algo=serl offline_data=demos host=0.0.0.0
+        tls_cert=certs/learner.crt tls_key=certs/learner.key (TLS; or insecure=true for plaintext)
 
 `Learner` is robolearn's off-policy learner (`robolearn.runners.off_policy.OffPolicyLearner`: the update
 schedule, `sample_mixed` with the offline data at ``algo.offline_ratio``, checkpoints) fed by a `LearnerServer`
@@ -53,6 +55,9 @@ class LearnerConfig:
     host: str = "127.0.0.1"         # interface to listen on (0.0.0.0: every interface)
     port: int = 50051
     token_file: str | None = None   # the shared secret's file; default: the ROBOLEARN_TOKEN environment variable
+    tls_cert: str | None = None     # TLS: the certificate to serve, PEM (robolearn tls-cert out=<dir> host=<name>)
+    tls_key: str | None = None      # TLS: its private key, PEM
+    insecure: bool = False          # serve plaintext instead of TLS (a trusted network only); needed without tls_cert
     publish_s: float = 2.0          # seconds between parameter publications (only when the parameters changed)
     checkpoint_s: float = 60.0      # seconds between checkpoints (one more at exit)
     duration: float | None = None   # seconds to run; null: until Ctrl-C or SIGTERM
@@ -375,11 +380,14 @@ class Learner:
 
 def cmd_learner(cfg: LearnerConfig) -> int:
     """Learn from the robots' transitions until Ctrl-C, SIGTERM or `duration`, publishing parameters; resumes a
-    run directory that has a checkpoint. The token: ROBOLEARN_TOKEN or token_file=."""
+    run directory that has a checkpoint. The token: ROBOLEARN_TOKEN or token_file=; TLS: tls_cert= and tls_key=
+    (plaintext only with insecure=true)."""
     token = cfg.read_token()
     if not cfg.run_dir:
         raise ConfigError("learner needs run_dir=<dir>")
     sac_cfg = sac_recipe(cfg.algo)
+    server = LearnerServer(token, cfg.port, cfg.host, tls_cert=cfg.tls_cert, tls_key=cfg.tls_key,
+                           insecure=cfg.insecure)  # fmt: skip
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -388,8 +396,9 @@ def cmd_learner(cfg: LearnerConfig) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with LearnerServer(token, cfg.port, cfg.host) as server:
+    with server:
         learner = Learner(server, cfg)
-        print(f"learner on {cfg.host}:{server.port}, run_dir {run_dir}", flush=True)
+        print(f"learner on {cfg.host}:{server.port} ({'TLS' if server.tls else 'UNENCRYPTED, insecure=true'}), "
+              f"run_dir {run_dir}", flush=True)  # fmt: skip
         learner.run(stop, cfg.duration)
     return 0

@@ -23,10 +23,17 @@ thread ships in batches; a second thread holds the parameter stream. Both reconn
 backoff, so the learner can be killed and restarted while the actor keeps controlling the robot.
 Parameters carry ``(session, version)``: a restarted learner is a new session and is taken at once.
 
-The token protects against stray, misconfigured or impostor peers, not eavesdroppers: traffic is not encrypted
-(an eavesdropper can replay the credential and old signed parameters), so run the learner on a trusted network
-or behind an SSH tunnel / VPN. Non-finite transitions are refused at both ends (INVALID_ARGUMENT; the actor
-drops and counts such a batch instead of retrying it), and the learner never publishes non-finite parameters.
+Encryption. The link runs over TLS: the learner serves a certificate and its key (``tls_cert``, ``tls_key``; PEM,
+e.g. from ``robolearn tls-cert``, `real.rl.tls`), and the actor trusts that certificate or its CA (``tls_ca``),
+checking that it names the host dialled (or ``tls_server_name``). Without TLS an eavesdropper could read the
+traffic and replay the credential and old signed parameters; so plaintext needs ``insecure=True`` at each end
+(for a trusted network, an SSH tunnel or a VPN), and either end without a certificate and without it raises
+`ConfigError` naming the options. The token is checked in both modes: TLS authenticates the learner to the actor,
+the token the actor to the learner. A failed handshake (an untrusted certificate, a name it lacks, a plaintext
+peer) is counted (``tls_failures``) and logged once as an error saying which, as is a refused token.
+
+Non-finite transitions are refused at both ends (INVALID_ARGUMENT; the actor drops and counts such a batch
+instead of retrying it), and the learner never publishes non-finite parameters.
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ from real.rl.codec import (
     encode,
     frames,
 )
+from real.rl.tls import check_pair, read_pem
 from robolearn.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -94,6 +102,39 @@ def _check_token(token: str) -> str:
     return token
 
 
+def server_credentials(tls_cert: str | None, tls_key: str | None, insecure: bool) -> grpc.ServerCredentials | None:
+    """The learner's TLS credentials from its PEM certificate and key; None (plaintext) only when ``insecure``.
+
+    Raises `ConfigError` naming the options when neither or only half of them is given, or both are."""
+    if tls_cert or tls_key:
+        if insecure:
+            raise ConfigError("the learner got tls_cert/tls_key and insecure=true: drop one (TLS or plaintext)")
+        if not (tls_cert and tls_key):
+            raise ConfigError("the learner's TLS needs both tls_cert=<cert.pem> and tls_key=<key.pem>")
+        cert, key = read_pem(tls_cert, "tls_cert"), read_pem(tls_key, "tls_key")
+        check_pair(cert, key, tls_cert, tls_key)
+        return grpc.ssl_server_credentials([(key, cert)])
+    if not insecure:
+        raise ConfigError("the learner refuses to serve unencrypted: give tls_cert=<cert.pem> tls_key=<key.pem> "
+                          "(make them with `robolearn tls-cert out=<dir> host=<learner host>`), or insecure=true "
+                          "for plaintext on a trusted network")  # fmt: skip
+    return None
+
+
+def channel_credentials(tls_ca: str | None, insecure: bool) -> grpc.ChannelCredentials | None:
+    """The actor's TLS credentials trusting the PEM certificate(s) in ``tls_ca`` (the learner's self-signed
+    certificate or its CA); None (plaintext) only when ``insecure``. Raises `ConfigError` naming the options."""
+    if tls_ca:
+        if insecure:
+            raise ConfigError("the actor got tls_ca and insecure=true: drop one (TLS or plaintext)")
+        return grpc.ssl_channel_credentials(root_certificates=read_pem(tls_ca, "tls_ca"))
+    if not insecure:
+        raise ConfigError("the actor refuses to connect unencrypted: give tls_ca=<the learner's certificate or its "
+                          "CA, PEM> (from `robolearn tls-cert`), or insecure=true for plaintext on a trusted "
+                          "network")  # fmt: skip
+    return None
+
+
 def credential(token: str) -> str:
     """What an actor presents in ``TOKEN_HEADER``: derived from the token, useless for signing parameters."""
     return hmac.new(token.encode(), b"robolearn actor", "sha256").hexdigest()
@@ -122,11 +163,15 @@ class LearnerServer:
         port: TCP port (0: any free one; see `port` after `start`).
         host: interface to listen on ("127.0.0.1" local only, "0.0.0.0" every interface).
         max_pending: received batches waiting for `get_batches` before senders are told to retry later.
+        tls_cert, tls_key: PEM files of the certificate the learner presents and its private key (TLS).
+        insecure: serve plaintext instead; without it, a server with no certificate raises `ConfigError`.
     """
 
     def __init__(self, token: str, port: int = 0, host: str = "127.0.0.1", max_pending: int = 256,
-                 max_workers: int = 8) -> None:  # fmt: skip
+                 max_workers: int = 8, *, tls_cert: str | None = None, tls_key: str | None = None,
+                 insecure: bool = False) -> None:  # fmt: skip
         self.token = _check_token(token)
+        self._tls = server_credentials(tls_cert, tls_key, insecure)
         self.host, self.port = host, port
         self.session = uuid.uuid4().hex[:12]
         self.version = 0  # of the newest published parameters (a restored learner sets it before publishing)
@@ -151,16 +196,24 @@ class LearnerServer:
 
     def start(self) -> LearnerServer:
         """Listen and serve; raises OSError when the port cannot be bound."""
+        address = f"{self.host}:{self.port}"
         try:
-            port = self._server.add_insecure_port(f"{self.host}:{self.port}")
+            port = (self._server.add_secure_port(address, self._tls) if self._tls is not None
+                    else self._server.add_insecure_port(address))  # fmt: skip
         except RuntimeError as e:
-            raise OSError(f"cannot listen on {self.host}:{self.port}: {e}") from None
+            raise OSError(f"cannot listen on {address}: {e}") from None
         if port == 0:
-            raise OSError(f"cannot listen on {self.host}:{self.port} (in use?)")
+            raise OSError(f"cannot listen on {address} (in use?)")
         self.port = port
         self._server.start()
-        log.info("learner listening on %s:%d (session %s)", self.host, port, self.session)
+        log.info("learner listening on %s:%d (%s, session %s)", self.host, port,
+                 "TLS" if self.tls else "UNENCRYPTED: insecure=true", self.session)  # fmt: skip
         return self
+
+    @property
+    def tls(self) -> bool:
+        """Whether the learner serves TLS (else plaintext, as asked with ``insecure``)."""
+        return self._tls is not None
 
     def stop(self, grace: float | None = 0.5) -> None:
         """Stop serving (open parameter streams end; actors reconnect to whoever listens next)."""
@@ -278,20 +331,32 @@ class ActorClient:
         max_queued: transitions kept while the learner is unreachable; beyond, the oldest are dropped.
         max_batch: transitions per call at most.
         backoff: (first, longest) wait in seconds between reconnection attempts.
+        tls_ca: PEM file of the certificate(s) to trust: the learner's self-signed certificate, or its CA.
+        tls_server_name: the name the learner's certificate must hold when it differs from ``address``'s host
+            (gRPC's ``ssl_target_name_override``, e.g. dialling 10.0.0.5 for a certificate made for gpu-box).
+        insecure: connect in plaintext instead; without it, a client with no ``tls_ca`` raises `ConfigError`.
     """
 
     def __init__(self, address: str, token: str, max_queued: int = 20_000, max_batch: int = 1024,
                  actor_id: str | None = None, backoff: tuple[float, float] = (0.1, 5.0),
-                 call_timeout: float = 10.0) -> None:  # fmt: skip
+                 call_timeout: float = 10.0, *, tls_ca: str | None = None, tls_server_name: str | None = None,
+                 insecure: bool = False) -> None:  # fmt: skip
         self.address, self.token = address, _check_token(token)
+        tls = channel_credentials(tls_ca, insecure)
+        if tls_server_name and tls is None:
+            raise ConfigError("tls_server_name is a TLS option; it has no use with insecure=true")
         self.max_queued, self.max_batch, self.call_timeout = max_queued, max_batch, call_timeout
         self.actor_id = actor_id or uuid.uuid4().hex[:8]
         self.backoff = backoff
         # transitions queued/sent/dropped (queue full)/invalid (refused by the learner)/nonfinite (never sent);
-        # parameters received and bad_signature (unsigned or another token's: not installed)
+        # parameters received and bad_signature (unsigned or another token's: not installed); failed calls, of
+        # which tls_failures (no TLS session: untrusted certificate, wrong name, or a plaintext peer)
         self.stats = {"queued": 0, "sent": 0, "dropped": 0, "invalid": 0, "nonfinite": 0, "calls": 0, "failures": 0,
-                      "parameters": 0, "bad_signature": 0}  # fmt: skip
+                      "tls_failures": 0, "parameters": 0, "bad_signature": 0}  # fmt: skip
+        self.tls = tls is not None
+        self._server_name = tls_server_name or address.rsplit(":", 1)[0]  # what the certificate must name
         self.last_error: str | None = None
+        self._error_lock = threading.Lock()
         self.latest_meta: dict[str, Any] | None = None  # meta of the parameters last returned
         self._metadata = ((TOKEN_HEADER, credential(token)),)
         self._queue: collections.deque[tuple[int, dict[str, np.ndarray]]] = collections.deque()
@@ -302,7 +367,11 @@ class ActorClient:
         self._newest: tuple[tuple[str, int], dict[str, Any], dict[str, Any]] | None = None
         self._taken: tuple[str, int] | None = None
         self._param_call: Any = None
-        self._channel = grpc.insecure_channel(address, options=CLIENT_OPTIONS)
+        if tls is None:
+            self._channel = grpc.insecure_channel(address, options=CLIENT_OPTIONS)
+        else:
+            override = [("grpc.ssl_target_name_override", tls_server_name)] if tls_server_name else []
+            self._channel = grpc.secure_channel(address, tls, options=CLIENT_OPTIONS + override)
         self._send = self._channel.stream_unary(f"/{SERVICE}/SendTransitions")
         self._stream = self._channel.unary_stream(f"/{SERVICE}/StreamParameters")
         self._threads = [threading.Thread(target=self._send_loop, name="actor-send", daemon=True),
@@ -435,11 +504,42 @@ class ActorClient:
         return True
 
     def _failed(self, error: grpc.RpcError) -> None:
+        """Count a failed call and keep (`last_error`) and log what it means; a misconfiguration (token, TLS) is
+        logged as an error once per distinct message, a learner that is away at info level."""
         self.stats["failures"] += 1
-        message = f"{error.code().name}: {error.details()}"
-        if message != self.last_error:
-            (log.error if error.code() == grpc.StatusCode.UNAUTHENTICATED else log.info)("learner link: %s", message)
-        self.last_error = message
+        code, details = error.code(), str(error.details())
+        hint = self._tls_problem(details)
+        if hint:
+            self.stats["tls_failures"] += 1
+        elif code == grpc.StatusCode.UNAUTHENTICATED:
+            hint = (f"the learner at {self.address} refused our token: both ends need the same shared secret "
+                    "(ROBOLEARN_TOKEN or token_file=)")  # fmt: skip
+        message = f"{code.name}: {hint} ({details})" if hint else f"{code.name}: {details}"
+        with self._error_lock:  # both threads fail alike: log each message once
+            if message != self.last_error:
+                (log.error if hint else log.info)("learner link: %s", message)
+            self.last_error = message
+
+    def _tls_problem(self, details: str) -> str | None:
+        """What a failed connection's ``details`` say about TLS, for a user; None when they say nothing of it."""
+        where = f"the learner at {self.address}"
+        if "CERTIFICATE_VERIFY_FAILED" in details:
+            return (f"TLS handshake failed: the certificate of {where} is not one tls_ca trusts (another learner's "
+                    "certificate or another CA?)")  # fmt: skip
+        if "Hostname Verification" in details or "No match found for server name" in details:
+            name = self._server_name
+            return (f"TLS handshake failed: the certificate of {where} does not hold the name {name}; dial a "
+                    "name it holds (robolearn tls-cert host=...) or set tls_server_name=<a name it holds>")  # fmt: skip
+        if "WRONG_VERSION_NUMBER" in details:
+            return (f"TLS handshake failed: {where} answers in plaintext (started with insecure=true?); give it "
+                    "tls_cert= and tls_key=, or connect with insecure=true")  # fmt: skip
+        if "handshake failed" in details.lower():
+            return f"TLS handshake with {where} failed"
+        if not self.tls and "failed to connect" in details and "Socket closed" in details:
+            # the peer accepted the TCP connection and closed it before HTTP/2 began: a TLS server does that
+            return (f"{where} closed the connection at once: it serves TLS (or is no learner), and this "
+                    "actor connects in plaintext (insecure=true); give tls_ca=<the learner's certificate>")  # fmt: skip
+        return None
 
     # --- closing -----------------------------------------------------------------------------------------
 

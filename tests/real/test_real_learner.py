@@ -258,9 +258,10 @@ def test_resumed_learner_continues_as_if_never_stopped(tmp_path):
 
 def test_learner_over_the_link(tmp_path):
     """Two actors over gRPC: each gets a lane by its actor id; the published parameters fit the acting policy."""
-    with LearnerServer("s3cret") as server:
+    with LearnerServer("s3cret", insecure=True) as server:  # plaintext; TLS is tested in test_real_rl.py
         learner = Learner(server, learner_config(tmp_path, "publish_s=0.1", "max_actors=2"))
-        clients = [ActorClient(server.address, "s3cret", actor_id=f"car-{i}", backoff=(0.05, 0.3)) for i in range(2)]
+        clients = [ActorClient(server.address, "s3cret", actor_id=f"car-{i}", backoff=(0.05, 0.3), insecure=True)
+                   for i in range(2)]  # fmt: skip
         try:
             for k in range(5):
                 for i, client in enumerate(clients):
@@ -290,7 +291,8 @@ def test_learner_over_the_link(tmp_path):
 def test_learner_command_options(tmp_path, monkeypatch, capsys):
     assert main(["learner", "--help"]) == 0
     out = capsys.readouterr().out
-    for option in ("run_dir:", "max_actors: 1", "publish_s: 2.0", "token_file:", "offline_data:", "utd_ratio:"):
+    for option in ("run_dir:", "max_actors: 1", "publish_s: 2.0", "token_file:", "offline_data:", "utd_ratio:",
+                   "tls_cert:", "tls_key:", "insecure: false"):  # fmt: skip
         assert option in out, option
     assert main(["learner", "run_dir=x", "bogus=1"]) == 2
     assert "bogus" in capsys.readouterr().err
@@ -315,3 +317,8 @@ def test_learner_command_options(tmp_path, monkeypatch, capsys):
     for algo in ("td3", "ppo"):
         assert main(["learner", f"run_dir={tmp_path}", f"algo={algo}"]) == 2
         assert "SAC recipes" in capsys.readouterr().err
+    # a default config (no certificate) does not serve plaintext unless insecure=true says so; nothing is written
+    assert main(["learner", f"run_dir={tmp_path / 'plain'}"]) == 2
+    err = capsys.readouterr().err
+    assert "refuses to serve unencrypted" in err and "tls_cert=" in err and "insecure=true" in err
+    assert not (tmp_path / "plain").exists()

@@ -1,12 +1,16 @@
-"""real.rl: payload codec, the gRPC actor/learner link, the actor's transitions, the learner killed and restarted.
+"""real.rl: payload codec, the gRPC actor/learner link, TLS, the actor's transitions, the learner killed and restarted.
 
-Servers listen on 127.0.0.1 on free ports; every wait is bounded. The kill test runs `robolearn learner` as a
-subprocess, kills it with SIGKILL and restarts it on the same port while an actor loop keeps its rate. The
-learner's own tests (replay lanes, offline data, resume, its command) are in tests/real/test_real_learner.py.
+Servers listen on 127.0.0.1 on free ports; every wait is bounded. The link tests run plaintext (insecure=True) unless
+they are about TLS, whose certificates `robolearn tls-cert` makes in the test's tmp dir. The kill test runs
+`robolearn learner` over TLS as a subprocess, kills it with SIGKILL and restarts it on the same port while an actor
+loop keeps its rate. The learner's own tests (replay lanes, offline data, resume, its command) are in
+tests/real/test_real_learner.py.
 """
 
 import dataclasses
+import ipaddress
 import json
+import logging
 import os
 import pickle
 import signal
@@ -27,7 +31,7 @@ from real.rl.actor import Actor
 from real.rl.codec import CHUNK, PayloadError, Reassembler, check_transitions, decode, encode, frames
 from real.rl.link import TOKEN_HEADER, ActorClient, LearnerServer
 from robolearn.checkpoints.policy import build_policy
-from robolearn.commands.cli import run
+from robolearn.commands.cli import main, run
 from robolearn.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,6 +69,7 @@ def server():
     made = []
 
     def make(token="s3cret", port=0, **kwargs):
+        kwargs.setdefault("insecure", "tls_cert" not in kwargs)  # plaintext unless the test is about TLS
         made.append(LearnerServer(token, port, **kwargs).start())
         return made[-1]
 
@@ -78,6 +83,7 @@ def client():
     made = []
 
     def make(address, token="s3cret", **kwargs):
+        kwargs.setdefault("insecure", "tls_ca" not in kwargs)
         made.append(ActorClient(address, token, backoff=(0.05, 0.3), **kwargs))
         return made[-1]
 
@@ -230,6 +236,111 @@ def test_parameters_from_an_impostor_are_never_installed(server, client):
     assert "not signed with our token" in actor.last_error
 
 
+# --- TLS -------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def certs(tmp_path):
+    """Pairs made by `robolearn tls-cert`: the learner's (for gpu-box and 10.0.0.5 too) and another's."""
+    made = {}
+    for name, host in (("learner", "gpu-box,10.0.0.5"), ("other", "elsewhere")):
+        assert main(["tls-cert", f"out={tmp_path / name}", f"host={host}"]) == 0
+        made[name] = {"crt": str(tmp_path / name / "learner.crt"), "key": str(tmp_path / name / "learner.key")}
+    return made
+
+
+def test_tls_cert_command_and_the_refusal_of_plaintext(certs, tmp_path, capsys):
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate(Path(certs["learner"]["crt"]).read_bytes())
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == ["gpu-box", "localhost"]  # gRPC checks the SAN, not the CN
+    assert san.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address(a) for a in ("10.0.0.5", "127.0.0.1")]
+    assert os.stat(certs["learner"]["key"]).st_mode & 0o077 == 0  # the key is the owner's only
+    assert main(["tls-cert", f"out={tmp_path / 'local'}"]) == 0  # default names: localhost and 127.0.0.1 only
+    out = capsys.readouterr().out
+    assert f"tls_cert={tmp_path / 'local/learner.crt'} tls_key={tmp_path / 'local/learner.key'}" in out
+    local = x509.load_pem_x509_certificate((tmp_path / "local/learner.crt").read_bytes())
+    names = local.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(n.value) for n in names] == ["localhost", "127.0.0.1"]
+    assert main(["tls-cert", f"out={tmp_path / 'learner'}"]) == 2  # never overwrites a pair unasked
+    assert "force=true" in capsys.readouterr().err
+    assert main(["tls-cert"]) == 2 and "out=" in capsys.readouterr().err
+
+    # no certificate and no explicit insecure=true: refused at construction, naming the options
+    with pytest.raises(ConfigError, match=r"refuses to serve unencrypted: give tls_cert=.*tls_key=.*insecure=true"):
+        LearnerServer("t")
+    with pytest.raises(ConfigError, match=r"refuses to connect unencrypted: give tls_ca=.*insecure=true"):
+        ActorClient("127.0.0.1:1", "t")
+    learner, other = certs["learner"], certs["other"]
+    for kwargs, message in (({"tls_cert": learner["crt"]}, "needs both"),
+                            ({"tls_cert": learner["crt"], "tls_key": other["key"]}, "is not the private key of"),
+                            ({"tls_cert": learner["key"], "tls_key": learner["key"]}, "holds no usable certificate"),
+                            ({"tls_cert": learner["crt"], "tls_key": learner["key"], "insecure": True}, "drop one"),
+                            ({"tls_cert": str(tmp_path / "no.crt"), "tls_key": learner["key"]}, "cannot read"),
+                            ):  # fmt: skip
+        with pytest.raises(ConfigError, match=message):
+            LearnerServer("t", **kwargs)
+    for kwargs, message in (({"tls_ca": learner["crt"], "insecure": True}, "drop one"),
+                            ({"tls_ca": learner["key"][:-4] + ".nope"}, "cannot read"),
+                            ({"insecure": True, "tls_server_name": "gpu-box"}, "TLS option")):  # fmt: skip
+        with pytest.raises(ConfigError, match=message):
+            ActorClient("127.0.0.1:1", "t", **kwargs)
+
+
+def test_transitions_and_parameters_over_tls(server, client, certs):
+    """Over TLS as in plaintext; the certificate must name the host dialled, or `tls_server_name` says which."""
+    ca = certs["learner"]["crt"]
+    srv = server(tls_cert=ca, tls_key=certs["learner"]["key"])
+    assert srv.tls
+    srv.publish_parameters({"w": torch.ones(3)})
+    actors = [client(srv.address, tls_ca=ca), client(f"localhost:{srv.port}", tls_ca=ca),
+              client(srv.address, tls_ca=ca, tls_server_name="gpu-box")]  # a name the certificate holds  # fmt: skip
+    for k, actor in enumerate(actors):
+        actor.send_transitions(batch(4, start=4 * k))
+    assert wait_until(lambda: srv.stats["transitions"] == 12 and all(a.stats["parameters"] == 1 for a in actors))
+    assert all(a.tls and a.latest_parameters()[0] == 1 and a.stats["tls_failures"] == 0 for a in actors)
+    assert sum(b.size for b in srv.get_batches()) == 12
+
+
+@pytest.mark.parametrize("case", ["untrusted certificate", "name not in the certificate", "plaintext actor",
+                                  "plaintext learner", "wrong token"])  # fmt: skip
+def test_refused_with_a_clear_error(case, server, client, certs, caplog):
+    """Every misconfiguration is refused (nothing delivered, nothing installed) and said once, as an error that
+    names the learner's address and what to change; never a silent retry loop."""
+    learner, other = certs["learner"], certs["other"]
+    srv = server(**({"insecure": True} if case == "plaintext learner" else
+                    {"tls_cert": learner["crt"], "tls_key": learner["key"]}))  # fmt: skip
+    srv.publish_parameters({"w": torch.ones(2)})
+    actor = client(srv.address, token="wrong" if case == "wrong token" else "s3cret", **{
+        "untrusted certificate": {"tls_ca": other["crt"]},  # trusts another learner's certificate
+        "name not in the certificate": {"tls_ca": learner["crt"], "tls_server_name": "elsewhere"},
+        "plaintext actor": {"insecure": True},
+        "plaintext learner": {"tls_ca": learner["crt"]},
+        "wrong token": {"tls_ca": learner["crt"]},
+    }[case])  # fmt: skip
+    with caplog.at_level(logging.ERROR, logger="real.rl.link"):
+        actor.send_transitions(batch(3))
+        assert wait_until(lambda: actor.stats["failures"] >= 3)  # both threads, retried
+    expected = {
+        "untrusted certificate": "TLS handshake failed: the certificate of the learner at {} is not one tls_ca trusts",
+        "name not in the certificate": "TLS handshake failed: the certificate of the learner at {} does not hold the "
+                                       "name elsewhere; dial a name it holds",
+        "plaintext actor": "the learner at {} closed the connection at once: it serves TLS (or is no learner), and "
+                           "this actor connects in plaintext (insecure=true); give tls_ca=",
+        "plaintext learner": "TLS handshake failed: the learner at {} answers in plaintext",
+        "wrong token": "the learner at {} refused our token: both ends need the same shared secret",
+    }[case].format(srv.address)  # fmt: skip
+    code = "UNAUTHENTICATED" if case == "wrong token" else "UNAVAILABLE"
+    assert actor.last_error.startswith(f"{code}: {expected}"), actor.last_error
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR and expected in r.getMessage()]
+    assert len(said) == 1, said  # once, however often it is retried
+    assert actor.stats["tls_failures"] == (0 if case == "wrong token" else actor.stats["failures"])
+    assert srv.stats["rejected"] >= (1 if case == "wrong token" else 0)
+    time.sleep(0.2)
+    assert srv.get_batches() == [] and actor.stats["sent"] == 0 and actor.latest_parameters() is None
+
+
 # --- actor -----------------------------------------------------------------------------------------------
 
 
@@ -323,19 +434,21 @@ class PointMass:
         return np.array([self.x, self.v], np.float32)
 
 
-def start_learner(run_dir: Path, port: int, log: Path) -> subprocess.Popen:
+def start_learner(run_dir: Path, port: int, log: Path, tls: dict[str, str]) -> subprocess.Popen:
     args = [sys.executable, "-m", "robolearn", "learner", f"run_dir={run_dir}", f"port={port}", "publish_s=0.3",
             "checkpoint_s=0.5", "algo.learning_starts=64", "algo.batch_size=32", "algo.buffer_size=5000",
-            "algo.actor_hidden=[32,32]", "algo.critic_hidden=[32,32]"]  # fmt: skip
+            "algo.actor_hidden=[32,32]", "algo.critic_hidden=[32,32]", f"tls_cert={tls['crt']}",
+            f"tls_key={tls['key']}"]  # fmt: skip
     env = {**os.environ, "ROBOLEARN_TOKEN": "kill-test", "OMP_NUM_THREADS": "1"}
     with open(log, "a") as out:  # a file, not a pipe: a full pipe would stall the learner
         return subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-def test_learner_killed_and_restarted_while_actor_keeps_its_rate(tmp_path):
+def test_learner_killed_and_restarted_while_actor_keeps_its_rate(tmp_path, certs):
+    """Over TLS: the actor reconnects to the restarted learner (a new TLS session) by itself."""
     port, run_dir, log = free_port(), tmp_path / "learner", tmp_path / "learner.log"
-    learner = start_learner(run_dir, port, log)
-    client = ActorClient(f"127.0.0.1:{port}", "kill-test", backoff=(0.05, 0.5))
+    learner = start_learner(run_dir, port, log, certs["learner"])
+    client = ActorClient(f"127.0.0.1:{port}", "kill-test", backoff=(0.05, 0.5), tls_ca=certs["learner"]["crt"])
     env, policy = PointMass(), sac_policy(2, 1, (32, 32))
     versions: list[tuple[float, int]] = []
 
@@ -373,7 +486,8 @@ def test_learner_killed_and_restarted_while_actor_keeps_its_rate(tmp_path):
         killed_at, version_before = time.monotonic(), versions[-1][1]
         time.sleep(1.0)  # the actor keeps acting on its last parameters; transitions queue up
         assert not client.stats["dropped"] and client.stats["queued"] > 0 and client.last_error.startswith("UNAVAILA")
-        learner = start_learner(run_dir, port, log)  # same port; resumes from the checkpoint, so versions go on
+        # same port, a new TLS server; it resumes from the checkpoint, so versions go on
+        learner = start_learner(run_dir, port, log, certs["learner"])
         assert wait_until(lambda: versions[-1][1] > version_before + 1, 60), log.read_text()[-3000:]
         assert wait_until(lambda: client.stats["queued"] == 0, 10)  # the backlog was delivered
     finally:
@@ -390,7 +504,8 @@ def test_learner_killed_and_restarted_while_actor_keeps_its_rate(tmp_path):
     periods = np.diff([s for s, _ in ticks])
     assert np.median(periods) == pytest.approx(0.02, abs=0.004)
     assert max(c for _, c in ticks) < 0.25  # no tick ever waited on the network (compute only, loaded CI box)
-    assert actor.stats["swap_errors"] == 0 and client.stats["dropped"] == 0
+    assert actor.stats["swap_errors"] == 0 and client.stats["dropped"] == 0 and client.stats["tls_failures"] == 0
+    assert "(TLS)" in log.read_text()  # `learner on 127.0.0.1:<port> (TLS), ...`, twice
     final = json.loads((run_dir / "checkpoints/latest/trainer.json").read_text())  # saved on SIGTERM
     assert final["version"] >= versions[-1][1] and 0 < final["transitions"] <= client.stats["sent"]
 
@@ -425,7 +540,7 @@ def test_actor_on_the_policy_runner_ships_what_the_recorder_records(tmp_path, se
             imu.publish(msgs.imu_from_array([0, 0, 0, 1, 0, 0, 0.1, 0.2, 0, 9.81]))
 
     cfg = compose_deploy("rc_car", ["rate_hz=25", "stats=null"])
-    client = ActorClient(srv.address, "s3cret", backoff=(0.05, 0.3))
+    client = ActorClient(srv.address, "s3cret", backoff=(0.05, 0.3), insecure=True)
     threading.Thread(target=drive, daemon=True).start()
     steps = iter(range(10_000))
 
@@ -460,6 +575,21 @@ def test_actor_on_the_policy_runner_ships_what_the_recorder_records(tmp_path, se
         cmd_actor([f"learner={srv.address}", "robot=arm"])
     with pytest.raises(ConfigError, match="cannot import"):
         cmd_actor([f"learner={srv.address}", "reward=nowhere:nothing"])
+
+
+def test_actor_command_over_tls(server, certs, capsys):
+    """`robolearn actor ... tls_ca=` acts with the policy a TLS learner publishes; without tls_ca it refuses to
+    start unless insecure=true."""
+    srv = server(token="t", tls_cert=certs["learner"]["crt"], tls_key=certs["learner"]["key"])
+    policy = sac_policy(10, 2, (32, 32))  # rc_car: 10 observations, 2 actions
+    sac = {"actor_hidden": [32, 32], "activation": "relu", "actor_layer_norm": False}
+    srv.publish_parameters(dict(policy.state_dict()), {"policy": {"obs_dim": 10, "num_actions": 2, "sac": sac}})
+    common = [f"learner=localhost:{srv.port}", "robot=rc_car", "transport=memory", "duration=0.5", "wait_s=10"]
+    assert cmd_actor([*common, f"tls_ca={certs['learner']['crt']}"]) == 0
+    out = capsys.readouterr().out
+    assert "'parameters': 1" in out and "'tls_failures': 0" in out, out
+    with pytest.raises(ConfigError, match="refuses to connect unencrypted"):
+        cmd_actor(common)
 
 
 def test_actor_names_itself_stably(monkeypatch):
