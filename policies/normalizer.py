@@ -27,8 +27,12 @@ class RunningNorm(nn.Module):
         n = x.shape[0]
         if n == 0:
             return
-        batch_mean = x.mean(0)
-        batch_var = x.var(0, unbiased=False)
+        self.merge(x.mean(0), x.var(0, unbiased=False), n)
+
+    @torch.no_grad()
+    def merge(self, batch_mean: torch.Tensor, batch_var: torch.Tensor, n: float) -> None:
+        """Fold in the statistics of `n` samples with mean `batch_mean` and population variance `batch_var` (the
+        samples themselves may live elsewhere: several processes' rollouts merged first)."""
         total = self.count + n
         delta = batch_mean - self.mean
         w = n / total

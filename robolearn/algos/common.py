@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from robolearn.core import distributed
+
 #: How the actor objective reduces the critic ensemble: the min or the mean over all N members, or the
 #: first member alone (TD3's Q1, Fujimoto et al. 2018).
 ACTOR_Q = ("min", "mean", "first")
@@ -101,7 +103,8 @@ def gradient_step(opt: torch.optim.Optimizer, loss_fn: Callable[[], Any], compil
     comes as a function so that a seed-batch (`robolearn.algos.seeds`) can take `torch.func.grad` of it instead.
     `lr` may also be a function of what `loss_fn` returned (PPO's rate, adapted to the minibatch's KL): it then sets
     the rate in both modes. `max_grad_norm`: the gradients are scaled to that global norm first
-    (`clip_grad_norm`).
+    (`clip_grad_norm`). In a `torchrun` job the gradients are first averaged over all ranks
+    (`robolearn.core.distributed`).
     """
     if not callable(loss_fn):
         raise TypeError("a learner's _step takes the loss as a function (`lambda: loss`), not a tensor: a seed-batch "
@@ -109,6 +112,8 @@ def gradient_step(opt: torch.optim.Optimizer, loss_fn: Callable[[], Any], compil
     out = loss_fn()
     params = [p for group in opt.param_groups for p in group["params"]]
     grads = list(torch.autograd.grad(out[0] if isinstance(out, tuple) else out, params))
+    if distributed.active():  # a torchrun job: every rank steps on the mean gradient, so parameters stay equal
+        distributed.average_(grads)
     if max_grad_norm is not None:
         grads = clip_grad_norm(grads, max_grad_norm)
     adapted = callable(lr)

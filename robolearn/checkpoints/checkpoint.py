@@ -1,8 +1,10 @@
 """Checkpoints: a folder with `config.json` + `model.safetensors` (the LeRobot layout), never pickle.
 
 `save` writes into a temporary sibling folder and renames it into place, so a crash mid-write
-never leaves a half-written checkpoint. Training state for resume (optimizer, RNG, environment
-state) travels in the same folder as `trainer.safetensors` + `trainer.json`.
+never leaves a half-written checkpoint. A process killed outright (SIGKILL, a dead torchrun rank) can leave the
+hidden temporary folder behind, or the previous checkpoint set aside while the new one moves in: the next `save`
+or `load` of that path removes the one and puts the other back (`_recover`). Training state for resume (optimizer,
+RNG, environment state) travels in the same folder as `trainer.safetensors` + `trainer.json`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ def save(path: str | Path, config: dict[str, Any], model_state: dict[str, torch.
     """Atomically write a checkpoint folder at `path` (replacing any previous one)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _recover(path)
+    for stale in path.parent.glob(f".{path.name}.*"):  # temporary folders of a save that was killed
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         (tmp / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True))
@@ -53,6 +58,14 @@ def save(path: str | Path, config: dict[str, Any], model_state: dict[str, torch.
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return path
+
+
+def _recover(path: Path) -> None:
+    """Put the previous checkpoint back at `path` if a save was killed between setting it aside and moving the new
+    one in (the only moment `path` is missing while its `.old` sibling exists)."""
+    old = path.with_name(f".{path.name}.old")
+    if not path.exists() and old.is_dir():
+        os.replace(old, path)
 
 
 def _host(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -80,6 +93,7 @@ def _read_json(file: Path, missing: str) -> dict[str, Any]:
 def load(path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """Read (config, model state) from a checkpoint folder; a missing or corrupt file raises `CheckpointError`."""
     path = Path(path)
+    _recover(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {path} does not exist (expected a folder with {CONFIG} and {MODEL})")
     config = _read_json(path / CONFIG, f"checkpoint {path} has no {CONFIG}")

@@ -44,6 +44,8 @@ class RunnerBase:
         self.finished_returns: deque[float] = deque(maxlen=RETURN_WINDOW)
         self.finished_lengths: deque[float] = deque(maxlen=RETURN_WINDOW)
         self._writer = None
+        self.logging = True   # metrics.jsonl and TensorBoard (a torchrun job: rank 0 only)
+        self.world_size = 1   # ranks of a torchrun job, each stepping its own env block
 
     # --- episodes ------------------------------------------------------------------------------
     def _track_episodes(self, rewards: torch.Tensor, dones: torch.Tensor) -> None:
@@ -63,6 +65,8 @@ class RunnerBase:
 
     # --- outputs -------------------------------------------------------------------------------
     def _log(self, row: dict[str, Any]) -> None:
+        if not self.logging:
+            return
         with open(self.run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
         if self._writer is None:
@@ -78,6 +82,8 @@ class RunnerBase:
                 checkpoint_interval: int) -> None:
         """The end of an iteration: keep, log and show its row; checkpoint `latest` every `checkpoint_interval`
         iterations and at the last one (subclasses provide `save`)."""
+        if self.world_size > 1:
+            row = {**row, "world_size": self.world_size, "env_steps_all_ranks": row["env_steps"] * self.world_size}
         rows.append(row)
         self._log(row)
         if bar is not None:

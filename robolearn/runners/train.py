@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +33,7 @@ import torch
 
 from robolearn.algos.base import spec
 from robolearn.config import algo_config, compose, make_env, migrate_run_config, runner_config
+from robolearn.core import distributed
 from robolearn.errors import CheckpointError, ConfigError
 from robolearn.runners.offline import OfflineRunConfig
 
@@ -170,17 +173,23 @@ def train(overrides: Sequence[str]) -> Path:
 
 
 def run_training(cfg: dict[str, Any]) -> Path:
-    """Train as a composed train config says (`load_train_config`, `resume_config`); returns the run directory."""
+    """Train as a composed train config says (`load_train_config`, `resume_config`); returns the run directory.
+
+    Started by `torchrun` with several ranks, each process trains one rank of a data-parallel job
+    (`robolearn.core.distributed`)."""
+    if distributed.launched():
+        return _run_ranks(cfg)
     if cfg.get("seeds"):
         return run_seeds(cfg)
     resuming = bool(cfg.get("resume"))
     if resuming:
         run_dir = Path(cfg["resume"])
+        if int(cfg.get("world_size") or 1) > 1:
+            raise ConfigError(f"{run_dir} was trained by {cfg['world_size']} torchrun ranks: resume it under torchrun "
+                              f"with --nproc_per_node totalling {cfg['world_size']}")
     else:
         cfg = resolve_run(cfg)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        label = cfg["algo"].get("recipe", cfg["algo"]["name"])
-        run_dir = Path(cfg["run_dir"] or f"runs/{cfg['env']['name']}-{label}-{stamp}")
+        run_dir = _new_run_dir(cfg)
         run_dir.mkdir(parents=True, exist_ok=True)
         cfg["run_dir"] = str(run_dir)
 
@@ -207,14 +216,94 @@ def run_training(cfg: dict[str, Any]) -> Path:
         env.close()
         if getattr(runner, "eval_env", None) is not None:
             runner.eval_env.close()
+    _finish(cfg, run_dir, final)
+    print(f"run directory: {run_dir}")
+    return run_dir
+
+
+def _new_run_dir(cfg: dict[str, Any]) -> Path:
+    label = cfg["algo"].get("recipe", cfg["algo"]["name"])
+    return Path(cfg["run_dir"] or f"runs/{cfg['env']['name']}-{label}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def _finish(cfg: dict[str, Any], run_dir: Path, final: Path) -> None:
+    """The learning curve and (with `video`) a video of the final policy."""
     from robolearn.eval.evaluate import render_checkpoint
     from robolearn.eval.plots import learning_curve
 
     learning_curve(run_dir / "metrics.jsonl", run_dir / "learning_curve.png", task=cfg["env"]["name"])
     if cfg["video"]:
         render_checkpoint(final, run_dir / "video.mp4")
-    print(f"run directory: {run_dir}")
-    return run_dir
+
+
+def _run_ranks(cfg: dict[str, Any]) -> Path:
+    """One rank of a `torchrun` job (PPO, SAC / TD3 and their presets): its own env block, seed and device, the
+    learner's parameters from rank 0, gradients averaged every step; rank 0 logs and writes the run's checkpoints,
+    the others their own training state (`robolearn.core.distributed`)."""
+    ranks = distributed.setup(str(cfg["device"]))
+    # torchrun stops the other ranks with SIGTERM when one fails: unwind (a save in progress removes its
+    # temporary folder) instead of dying mid-write
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    try:
+        resuming = bool(cfg.get("resume"))
+        if not resuming:
+            cfg = resolve_run(cfg)
+        if cfg.get("seeds"):
+            raise ConfigError("seeds= and torchrun do not combine: a torchrun job trains one seed over its ranks")
+        kind = spec(cfg["algo"]["name"]).runner
+        if kind not in ("on_policy", "off_policy") or not is_online(cfg):
+            raise ConfigError("torchrun trains PPO and SAC / TD3 (and their presets) online; "
+                              f"algo={cfg['algo']['name']} runs in one process")
+        if cfg["algo"].get("compile"):
+            raise ConfigError("algo.compile=true under torchrun: the compiled update has no gradient all-reduce; "
+                              "train the ranks eagerly")
+        if cfg["algo"].get("warmup_whole_episodes"):
+            raise ConfigError("warmup_whole_episodes under torchrun: each rank's warm-up would end on its own "
+                              "episodes and the ranks' updates would fall out of step")
+        run_dir = Path(distributed.broadcast_text(
+            str(cfg["resume"] if resuming else _new_run_dir(cfg)) if ranks.main else None))
+        cfg["run_dir"] = str(run_dir)
+        if resuming:
+            saved_world = int(cfg.get("world_size") or 1)
+            if saved_world != ranks.world_size:
+                raise ConfigError(f"{run_dir} was trained with {saved_world} ranks; resume it with as many "
+                                  f"(torchrun --nproc_per_node ...), not {ranks.world_size}")
+        seed = distributed.rank_seed(int(cfg["seed"]), ranks)
+        rank_cfg = {**cfg, "device": distributed.rank_device(str(cfg["device"]), ranks)}
+        own = distributed.rank_dir(run_dir, ranks)
+        own.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(seed)
+        env = make_env(cfg["env"], seed)
+        cfg["env"]["policy_dt"] = float(env.task.cfg.policy_dt)
+        if ranks.main:
+            (run_dir / "config.yaml").write_text(json.dumps({**cfg, "resume": None, **distributed.describe(ranks)},
+                                                            indent=2))
+        runner = make_runner(env, {**rank_cfg, "progress": bool(cfg["progress"]) and ranks.main}, own, seed)
+        runner.logging, runner.world_size = ranks.main, ranks.world_size
+        if resuming:
+            runner.restore(own / "checkpoints" / "latest")
+            distributed.check_same(runner.iteration, "the iteration to resume from")
+        else:
+            if cfg.get("init"):
+                from robolearn.checkpoints.warm_start import warm_start
+
+                warm_start(runner.algo, cfg["init"])
+            distributed.broadcast_(runner.algo.model_state())  # every rank starts from rank 0's parameters
+        try:
+            runner.learn(int(cfg["iterations"]), checkpoint_interval=int(cfg["checkpoint_interval"]))
+            final = runner.save(own / "checkpoints" / "final")
+            distributed.barrier()
+        finally:
+            runner.close()
+            env.close()
+            if getattr(runner, "eval_env", None) is not None:
+                runner.eval_env.close()
+        if ranks.main:
+            _finish(cfg, run_dir, final)
+            print(f"run directory: {run_dir} ({ranks.world_size} ranks)")
+        return run_dir
+    finally:
+        distributed.shutdown()
 
 
 def run_seeds(cfg: dict[str, Any]) -> Path:

@@ -18,9 +18,11 @@ import torch
 from tensordict import TensorDict
 
 from policies.actor_critic import ActorCritic
+from policies.normalizer import RunningNorm
 from robolearn.algos.base import AlgoSpec, register
 from robolearn.algos.common import gradient_step
 from robolearn.algos.seeds import per_seed
+from robolearn.core import distributed
 from robolearn.core.advantages import gae
 from robolearn.core.losses import ppo_clip_loss, value_loss
 from robolearn.errors import ConfigError
@@ -260,6 +262,8 @@ class PPO:
         policy moved too far, grow it when it barely moved); `lr` keeps it."""
         if self.cfg.schedule == "adaptive":
             lr, kl, target = self.lr, out[1]["kl"], self.cfg.desired_kl
+            if distributed.active():  # every rank adapts by the mean KL: the rates stay equal
+                kl = distributed.mean(kl)
             new = torch.where(kl > 2.0 * target, torch.clamp(lr / 1.5, min=1e-5),
                               torch.where((kl > 0.0) & (kl < 0.5 * target), torch.clamp(lr * 1.5, max=1e-2), lr))
             with torch.no_grad():
@@ -275,9 +279,22 @@ class PPO:
 
     @torch.no_grad()
     def _update_normalizers(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Fold the rollout into the observation normalisers; the rate and the action std for the log."""
-        self.policy.update_normalizers(obs)
+        """Fold the rollout into the observation normalisers (in a torchrun job every rank's rollout, so the
+        normalisers stay equal); the rate and the action std for the log."""
+        if distributed.active():
+            self._merge_normalizers(obs)
+        else:
+            self.policy.update_normalizers(obs)
         return {"learning_rate": self.lr.clone(), "action_std": self.policy.log_std.exp().mean()}
+
+
+    def _merge_normalizers(self, obs: dict[str, torch.Tensor]) -> None:
+        """`update_normalizers` over the rollouts of all ranks: each normaliser merges the union's moments."""
+        policy = self.policy
+        for norm, x in ((policy.actor_norm, policy.actor_obs(obs)), (policy.critic_norm, policy.critic_obs(obs))):
+            if isinstance(norm, RunningNorm):
+                x = x.reshape(-1, *norm.mean.shape).to(norm.mean.dtype)
+                norm.merge(*distributed.merge_moments(x.mean(0), x.var(0, unbiased=False), x.shape[0]))
 
 
 def _groups(obs: Any) -> dict[str, torch.Tensor]:
