@@ -22,6 +22,9 @@ DDS domain (``domain`` + the row's index) with a fresh fake car:
   rmw_fastrtps_cpp, Fast DDS), so every message crosses Cyclone <-> Fast DDS. TwistStamped commands on /cmd
   (``adapter.output=twist_stamped``): ackermann_msgs has no Python package for rclpy.
 - ``rclpy``: runner and fake car both rclpy nodes on Fast DDS; TwistStamped commands on /cmd.
+- ``dds_to_cyclone_app``: runner on Cyclone DDS <-> a car on a plain Cyclone DDS application with its own types and
+  default settings (`benchmarks/peers/cyclone_car.py`: constant odometry at the same rate, commands timed the same
+  way); TwistStamped commands on /cmd.
 - ``dds_twist_stamped`` (not run by default): the ``dds`` row with TwistStamped commands on /cmd, to separate the
   command type's share from the middleware's in the rows above.
 
@@ -78,9 +81,12 @@ ROWS = {
     "dds": Row("dds", "dds", "ackermann", "Cyclone DDS <-> Cyclone DDS"),
     "dds_to_rclpy_peer": Row("dds", "rclpy", "twist_stamped", "Cyclone DDS <-> rclpy node (Fast DDS)"),
     "rclpy": Row("rclpy", "rclpy", "twist_stamped", "rclpy node (Fast DDS) <-> rclpy node (Fast DDS)"),
+    "dds_to_cyclone_app": Row("dds", "cyclone", "twist_stamped",
+                              "Cyclone DDS <-> plain Cyclone DDS application (own types, default settings)"),
     "dds_twist_stamped": Row("dds", "dds", "twist_stamped", "Cyclone DDS <-> Cyclone DDS, TwistStamped commands"),
 }
-DEFAULT_ROWS = ("dds", "dds_to_rclpy_peer", "rclpy")
+DEFAULT_ROWS = ("dds", "dds_to_rclpy_peer", "rclpy", "dds_to_cyclone_app")
+CYCLONE_CAR = Path(__file__).resolve().parents[1] / "peers" / "cyclone_car.py"
 # command type -> (runner overrides, fake robot arguments)
 COMMANDS = {
     "ackermann": ([], []),
@@ -111,6 +117,9 @@ def percentiles(values: list[float] | np.ndarray) -> dict[str, float]:
 
 
 def middleware(kind: str) -> str:
+    if kind == "cyclone":
+        return (f"plain cyclonedds {importlib.metadata.version('cyclonedds')} application, its own types, default "
+                "settings, LOOPBACK_CONFIG")
     if kind == "dds":
         return f"robolearn DDS transport: Cyclone DDS {importlib.metadata.version('cyclonedds')}, LOOPBACK_CONFIG"
     from rclpy.utilities import get_rmw_implementation_identifier
@@ -122,8 +131,11 @@ def middleware(kind: str) -> str:
 
 
 def start_fake_car(row: Row, domain: int, rate: float, stats_out: Path, env: dict) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "robolearn", "fake-robot", f"transport={row.robot}", f"domain_id={domain}",
-           f"rate_hz={rate:g}", "seed=0", f"stats_out={stats_out}", *COMMANDS[row.command][1]]
+    if row.robot == "cyclone":
+        cmd = [sys.executable, str(CYCLONE_CAR), f"domain_id={domain}", f"rate_hz={rate:g}", f"stats_out={stats_out}"]
+    else:
+        cmd = [sys.executable, "-m", "robolearn", "fake-robot", f"transport={row.robot}", f"domain_id={domain}",
+               f"rate_hz={rate:g}", "seed=0", f"stats_out={stats_out}", *COMMANDS[row.command][1]]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
