@@ -1,6 +1,6 @@
 """Where a bench suite's cells run: `run_local` (a spawn process pool on this machine, one torch thread per
 worker, workers that exit with their parent) or `run_ray` (Ray tasks on a local instance or a cluster at an
-address); both report each finished cell to `done` as it comes.
+address, a cell whose node dies run again); both report each finished cell to `done` as it comes.
 """
 
 from __future__ import annotations
@@ -71,23 +71,38 @@ def run_local(cells: Sequence[Cell | Pack], done: Callable[[dict[str, Any]], Non
         todo = retry
 
 
+#: `backend=ray`: how many times a cell is run again after the node or worker process running it died (Ray's
+#: `max_retries`, counted by Ray per task); a cell's own error is recorded, never retried
+RAY_RETRIES = 3
+
+
 def run_ray(cells: Sequence[Cell | Pack], done: Callable[[dict[str, Any]], None], address: str | None = None,
-            num_cpus: int | None = None) -> None:
-    """The cells as Ray tasks (one CPU each) on the Ray instance this process is connected to, else the cluster at
-    `address`, else a local instance started (and stopped) here; `done(result)` as each finishes."""
+            num_cpus: int | None = None, retries: int = RAY_RETRIES) -> None:
+    """The cells as Ray tasks (one CPU each, spread over the nodes) on the Ray instance this process is connected to,
+    else the cluster at `address` (or `RAY_ADDRESS`), else a local instance started (and stopped) here;
+    `done(result)` as each finishes, its `node` the Ray node and host that ran it. A cell whose node or worker
+    process dies runs again elsewhere, `retries` times at most (from its checkpoint, else from scratch: `run_unit`)."""
     try:
         import ray
     except ImportError as e:
         raise ConfigError("backend=ray needs Ray: pip install 'robolearn[bench]' (or pip install ray)") from e
+    address = address or os.environ.get("RAY_ADDRESS") or None
     started = False
     if not ray.is_initialized():
         if address:
-            ray.init(address=address)
+            try:
+                ray.init(address=address)
+            except (ConnectionError, RuntimeError) as e:
+                raise ConfigError(
+                    f"ray_address={address}: cannot connect to the Ray cluster ({str(e).splitlines()[0]}); is it up "
+                    "(`ray status`)? A cluster with token authentication needs RAY_AUTH_MODE=token and its token "
+                    "(RAY_AUTH_TOKEN, or ~/.ray/auth_token) here too") from e
         else:
             ray.init(num_cpus=num_cpus or cores(), include_dashboard=False)
         started = True
     try:
-        task = ray.remote(num_cpus=1)(run_unit)
+        task = ray.remote(num_cpus=1, max_retries=retries, retry_exceptions=False,
+                          scheduling_strategy="SPREAD")(ray_unit)
         refs = {task.remote(cell): cell for cell in cells}
         while refs:
             ready, _ = ray.wait(list(refs), num_returns=1)
@@ -95,13 +110,23 @@ def run_ray(cells: Sequence[Cell | Pack], done: Callable[[dict[str, Any]], None]
                 cell = refs.pop(ref)
                 try:
                     results = ray.get(ref)
-                except Exception:
+                except Exception:  # its retries spent (the node died each time), or Ray's own failure
                     results = failed(cell, traceback.format_exc())
                 for result in results:
                     done(result)
     finally:
         if started:
             ray.shutdown()
+
+
+def ray_unit(unit: Cell | Pack) -> list[dict[str, Any]]:
+    """`run_unit` in a Ray task, each result marked with the node that ran it (which node ran what, on a cluster)."""
+    import socket
+
+    import ray
+
+    node = {"id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname()}
+    return [{**result, "node": node} for result in run_unit(unit)]
 
 
 def cores() -> int:

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -87,10 +88,13 @@ def run_pack(pack: Pack) -> list[dict[str, Any]]:
     """Train a pack's seeds in this (worker) process, one seed-batched `robolearn train seeds=[...]` (resumed when
     its folder has every seed's checkpoint); each cell's result, all with the pack's wall time."""
     seeds = f"seeds=[{','.join(str(k) for k in pack.seeds)}]"
+    resume = pack_checkpoint(pack)
+    if not resume:  # what an earlier attempt (on a node that died) left: its seeds start over
+        _start_over(*(cell.run_dir for cell in pack.cells), str(Path(pack.run_dir) / "config.yaml"))
     error, wall_s = _in_worker(pack.cwd, pack.log, pack.run_dir, PACK_FILE,
                                {"overrides": pack.overrides, "seeds": pack.seeds},
                                lambda resume: _train([*pack.overrides, seeds], pack.run_dir, resume),
-                               resume=pack_checkpoint(pack))
+                               resume=resume)
     return [cell_result(cell, error=error, wall_s=wall_s) for cell in pack.cells]
 
 
@@ -113,11 +117,23 @@ def run_cell(cell: Cell) -> dict[str, Any]:
         else:
             _train(cell.overrides, cell.run_dir, resume)
 
-    # a train cell's folder kept by `run` (the same overrides, unfinished) resumes from its checkpoint
+    # a train cell's folder kept by `run` (the same overrides, unfinished) resumes from its checkpoint; one without
+    # a checkpoint (an earlier attempt of this cell died on a lost node) starts over, no rows of that attempt kept
+    resume = cell.command == "train" and train_checkpoint(cell)
+    if cell.command == "train" and not resume:
+        _start_over(cell.run_dir)
     error, wall_s = _in_worker(cell.cwd, cell.log, cell.run_dir, CELL_FILE,
-                               {"overrides": cell.overrides, "command": cell.command}, job,
-                               resume=cell.command == "train" and train_checkpoint(cell))
+                               {"overrides": cell.overrides, "command": cell.command}, job, resume=resume)
     return cell_result(cell, error=error, wall_s=wall_s)
+
+
+def _start_over(*paths: str) -> None:
+    """Remove run folders (and files) that cannot be continued, so a cell run again writes only its own outputs."""
+    for path in map(Path, paths):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _in_worker(cwd: str, log: str, run_dir: str, record_name: str, record: dict[str, Any],

@@ -26,7 +26,8 @@ overrides, the algorithm's, its per-dataset ones, the dataset's and the command 
 wins), then `seed=`, `run_dir=<out>/runs/<cell>` and
 `progress=false`. Cells run in worker processes (`backend=local`: a spawn process pool, `workers` of them, one
 per core by default, one torch thread each) or as Ray tasks (`backend=ray`: a local Ray instance, or the cluster
-at `ray_address`; `pip install 'robolearn[bench]'`). A cell that fails is recorded with its error; the others go
+at `ray_address` or `$RAY_ADDRESS`, the cells spread over its nodes, a cell whose node dies run again elsewhere
+`ray_retries` times; `pip install 'robolearn[bench]'`). A cell that fails is recorded with its error; the others go
 on. Each finished cell writes `<out>/cells/<cell>.json` (its score, the curve of (step, score), wall time,
 error); running the same command again skips the cells that finished without error with the same overrides, and
 re-runs the others from scratch, except an interrupted cell with unchanged overrides and a checkpoint: a `train`
@@ -57,7 +58,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from robolearn.bench.backends import BACKENDS, cores, run_local, run_ray
+from robolearn.bench.backends import BACKENDS, RAY_RETRIES, cores, run_local, run_ray
 from robolearn.bench.cells import CELL_FILE, PACK_FILE, Cell, Pack, pack_checkpoint, pack_overrides, train_checkpoint
 from robolearn.bench.report import write_report
 from robolearn.data.dataset import write_json
@@ -79,7 +80,9 @@ class BenchConfig:
     backend: str = "local"          # local (process pool) | ray
     workers: int | None = None      # concurrent cells (local; ray: the CPUs of the instance started here); null:
     #                                 one per core
-    ray_address: str | None = None  # backend=ray: a running cluster ("auto", "ray://host:10001"); null: start one
+    ray_address: str | None = None  # backend=ray: a running cluster ("auto", "<head>:6379", "ray://<head>:10001");
+    #                                 null: $RAY_ADDRESS, else start one here
+    ray_retries: int = RAY_RETRIES  # backend=ray: re-runs of a cell whose node or worker died (Ray's max_retries)
     report_only: bool = False       # only write the report from <out>/cells (also `robolearn bench report`)
     pack_seeds: bool = False        # offline train cells that differ only by seed run as one seed-batched process
     #                                 (`robolearn train seeds=[...]`): <out>/runs/<algo>__<dataset>/seed<k>/
@@ -90,6 +93,8 @@ class BenchConfig:
             raise ConfigError(f"backend={self.backend!r}: use one of {list(BACKENDS)}")
         if self.workers is not None and self.workers < 1:
             raise ConfigError(f"workers={self.workers}: need at least 1 (null: one per core)")
+        if self.ray_retries < 0:
+            raise ConfigError(f"ray_retries={self.ray_retries}: need 0 or more (re-runs of a cell whose node died)")
         if self.reps < 1:
             raise ConfigError(f"reps={self.reps}: need at least 1")
 
@@ -284,7 +289,7 @@ def run_suite(cfg: BenchConfig) -> Path:
 
     if pending:
         if cfg.backend == "ray":
-            run_ray(units, finished, address=cfg.ray_address, num_cpus=cfg.workers)
+            run_ray(units, finished, address=cfg.ray_address, num_cpus=cfg.workers, retries=cfg.ray_retries)
         else:
             run_local(units, finished, workers=workers)
     paths = write_report(out, reps=cfg.reps)

@@ -245,6 +245,7 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
 
     assert ALIASES["bench"]["report"] == "report_only=true"  # `robolearn bench report out=...`
     assert main(["bench", "backend=slurm", "suite=smoke"]) == 2
+    assert main(["bench", "backend=ray", "ray_retries=-1", "suite=smoke"]) == 2
 
 
 def test_an_interrupted_train_cell_continues_from_its_checkpoint(tmp_path):
