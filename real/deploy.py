@@ -12,6 +12,10 @@ instead of a checkpoint.
 ``rate_hz: null`` (the rc_car default) runs at the rate the checkpoint's policy acted at in training; without a
 checkpoint at the robot's `FALLBACK_RATES` entry. An explicit rate_hz that differs from the checkpoint's is an
 error unless ``force_rate=true``. This process loads neither JAX nor MuJoCo.
+
+With ``transport=rclpy`` the deployer is the ROS 2 node ``node_name`` (``/robolearn_deploy``), whose read-only
+parameters are its settings (`deploy_parameters`): ``ros2 param get /robolearn_deploy rate_hz``.
+real/launch/deploy.launch.py starts it together with ``robolearn record`` (`record_topics`).
 """
 
 from __future__ import annotations
@@ -19,17 +23,22 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from real.runner import PolicyRunner, RunnerConfig
+from real import msgs
+from real.runner import RUNNER_KEYS, PolicyRunner, RunnerConfig
+from real.transport.base import ParameterValue, ros_parameters
 from robolearn.checkpoints.policy import Policy, load_policy, scripted_policy
 from robolearn.config import compose, config_dir, control_rate
 from robolearn.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
+#: The ROS 2 launch file starting the deployer and a recorder (``ros2 launch <LAUNCH_FILE> checkpoint:=...``).
+LAUNCH_FILE = Path(__file__).with_name("launch") / "deploy.launch.py"
 #: Control rates (Hz) for ``rate_hz: null`` without a checkpoint to take it from (the sim task's rate).
 FALLBACK_RATES = {"rc_car": 20.0}
 
@@ -45,6 +54,7 @@ class DeployConfig:
     duration: float | None = None   # seconds to run; null: until Ctrl-C / SIGTERM (stop commands are sent either way)
     torch_threads: int = 1          # small MLPs infer fastest on one thread
     force_rate: bool = False        # true: allow a rate_hz that differs from the checkpoint's control rate
+    node_name: str = "robolearn_deploy"  # the ROS 2 node's name (transport=rclpy)
     # the runner (set by configs/robot/<robot>.yaml; documented in configs/deploy.yaml)
     robot: str = "rc_car"
     rate_hz: float | None = None
@@ -62,7 +72,10 @@ class DeployConfig:
 
 
 #: Keys of `DeployConfig` that concern the process, not the runner.
-PROCESS_KEYS = ("checkpoint", "policy", "transport", "domain_id", "duration", "torch_threads", "force_rate")
+PROCESS_KEYS = ("checkpoint", "policy", "transport", "domain_id", "duration", "torch_threads", "force_rate",
+                "node_name")
+#: What the read-only ROS 2 parameters of the deployer's node say about themselves.
+PARAMETER_DESCRIPTION = "robolearn deploy's setting, read-only: restart the deployer to change it"
 
 
 def robots() -> list[str]:
@@ -126,12 +139,36 @@ def build_runner(cfg: Mapping[str, Any], transport: Any, policy: torch.nn.Module
     return PolicyRunner(runner_cfg, policy, transport, run_config=run_config)
 
 
-def open_transport(kind: str, domain_id: int | None):
+def deploy_parameters(cfg: Mapping[str, Any], runner: PolicyRunner) -> dict[str, ParameterValue]:
+    """The deployer's settings as ROS 2 parameters (``safety.max_rate``, ``inputs.odom.topic``, ...): every
+    `DeployConfig` key, with the values in effect where the runner resolved them (``rate_hz``; ``command.type``,
+    the command's message type)."""
+    settings = {key: cfg.get(key) for key in (*PROCESS_KEYS, *RUNNER_KEYS)}
+    settings["rate_hz"] = runner.config.rate_hz
+    settings["command"] = {**runner.config.command, "type": runner.adapter.command_type}
+    return ros_parameters(settings)
+
+
+def record_topics(cfg: Mapping[str, Any]) -> str:
+    """``robolearn record``'s ``topics=`` for a deploy config (`compose_deploy`): the inputs, the command, the
+    teleop, e-stop and loop-statistics topics, each with its type and the QoS to record it with."""
+    from real.robots import make_adapter
+
+    command_type = make_adapter(str(cfg["robot"]), cfg.get("adapter"), 1.0).command_type
+    items = [(s["topic"], s["type"], s.get("qos")) for s in (cfg.get("inputs") or {}).values()]
+    items.append((cfg["command"]["topic"], command_type, cfg["command"].get("qos")))
+    for key, msg_type in (("teleop", command_type), ("estop", msgs.BOOL), ("stats", msgs.FLOAT32_MULTI_ARRAY)):
+        if (cfg.get(key) or {}).get("topic"):
+            items.append((cfg[key]["topic"], msg_type, cfg[key].get("qos")))
+    return ",".join(f"{topic}:{msg_type}@{qos or 'default'}" for topic, msg_type, qos in items)
+
+
+def open_transport(kind: str, domain_id: int | None, node_name: str | None = None):
     """`real.transport.make_transport` with a bad kind as a `ConfigError`."""
     from real.transport import make_transport
 
     try:
-        return make_transport(kind, domain_id)
+        return make_transport(kind, domain_id, node_name)
     except ValueError as e:
         raise ConfigError(str(e)) from e
 
@@ -140,8 +177,10 @@ def cmd_deploy(cfg: DeployConfig) -> int:
     """Run a checkpoint (or a scripted controller) on a robot until Ctrl-C, SIGTERM or `duration`."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(cfg.torch_threads)
-    with open_transport(cfg.transport, cfg.domain_id) as transport:
-        runner = build_runner(dataclasses.asdict(cfg), transport)
+    with open_transport(cfg.transport, cfg.domain_id, cfg.node_name) as transport:
+        settings = dataclasses.asdict(cfg)
+        runner = build_runner(settings, transport)
+        transport.declare_parameters(deploy_parameters(settings, runner), PARAMETER_DESCRIPTION)
         log.info("deploying on %s: %g Hz, command %s on %s", cfg.robot, runner.config.rate_hz,
                  runner.adapter.command_type, runner.publisher.topic)
         try:

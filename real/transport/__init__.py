@@ -19,6 +19,7 @@ from real.transport.base import (
     SYSTEM_DEFAULT,
     Durability,
     MessageCallback,
+    ParameterValue,
     Publisher,
     QoS,
     RawCallback,
@@ -26,6 +27,7 @@ from real.transport.base import (
     Subscription,
     Transport,
     resolve_qos,
+    ros_parameters,
 )
 
 KINDS = ("auto", "dds", "rclpy", "memory")
@@ -70,6 +72,6 @@ def make_transport(kind: str = "auto", domain_id: int | None = None, node_name: 
 
 __all__ = [
     "DEFAULT", "KINDS", "LATCHED", "PROFILES", "SENSOR_DATA", "SYSTEM_DEFAULT", "Durability", "MessageCallback",
-    "Publisher", "QoS", "RawCallback", "Reliability", "Subscription", "Transport", "make_transport",
-    "rclpy_available", "resolve_kind", "resolve_qos",
+    "ParameterValue", "Publisher", "QoS", "RawCallback", "Reliability", "Subscription", "Transport", "make_transport",
+    "rclpy_available", "resolve_kind", "resolve_qos", "ros_parameters",
 ]  # fmt: skip

@@ -3,7 +3,8 @@
 A transport moves ROS 2 messages (rosbags dataclasses, see `real.msgs`) between this process and the robot:
 ``publisher(topic, msg_type, qos).publish(msg)``, ``subscribe(topic, msg_type, callback, qos)`` with
 ``callback(msg, receive_time_ns)``, ``subscribe_raw`` (the CDR bytes, for a recorder), ``now()`` and
-``close()``. Receive times and ``now()`` use one monotonic
+``close()``, and ``declare_parameters`` (the process's settings as read-only ROS 2 parameters where the
+transport is a ROS 2 node, see `ros_parameters`; a no-op elsewhere). Receive times and ``now()`` use one monotonic
 clock (a fake one in tests), so observation ages are ``now() - receive_time_ns``. Header stamps are wall
 time and are the caller's business.
 
@@ -17,14 +18,17 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
+import json
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias
 
 log = logging.getLogger(__name__)
 
 MessageCallback = Callable[[Any, int], None]
 """``callback(msg, receive_time_ns)``."""
+ParameterValue: TypeAlias = bool | int | float | str | list[bool] | list[int] | list[float] | list[str] | None
+"""A ROS 2 parameter's value (None: declared but not set)."""
 RawCallback = Callable[[bytes, int], None]
 """``callback(cdr_bytes, receive_time_ns)``: ROS 2 CDR including the 4-byte encapsulation header (over DDS
 possibly followed by up to 3 zero pad bytes, which rosbags and rosbag2 accept)."""
@@ -154,6 +158,13 @@ class Transport(abc.ABC):
                    raw: bool) -> Subscription:
         """The backend's subscription: messages (``raw=False``) or CDR bytes (``raw=True``) to ``callback``."""
 
+    def declare_parameters(self, values: Mapping[str, ParameterValue], description: str = "") -> None:  # noqa: B027
+        """Show ``values`` (flat names, see `ros_parameters`) as this node's read-only ROS 2 parameters.
+
+        For ``ros2 param list/get``: what the process runs with, not a way to change it (set once, read-only).
+        A ROS 2 node (the rclpy transport) declares them; transports without a node (dds, memory) ignore them.
+        """
+
     @abc.abstractmethod
     def now(self) -> int:
         """The transport's monotonic clock in nanoseconds (receive times use it too)."""
@@ -186,3 +197,39 @@ def guarded(callback: Callable[..., None], topic: str) -> Callable[..., None]:
             log.exception("callback for %s raised", topic)
 
     return call
+
+
+def ros_parameters(settings: Mapping[str, Any], prefix: str = "") -> dict[str, ParameterValue]:
+    """Nested settings as ROS 2 parameter values, by ROS 2's dotted names (``{"safety": {"low": ...}}`` ->
+    ``safety.low``).
+
+    Dicts are flattened (an empty one disappears); None and empty lists are "not set"; lists of bools, ints,
+    numbers or strings become typed arrays (ints mixed with floats: doubles); any other list (e.g. of dicts)
+    a string array with one compact JSON text per element; other scalars their ``str``.
+    """
+    out: dict[str, ParameterValue] = {}
+    for key, value in settings.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(ros_parameters(value, f"{name}."))
+        elif isinstance(value, (list, tuple)):
+            out[name] = _ros_array(list(value))
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            out[name] = value
+        else:
+            out[name] = str(value)
+    return out
+
+
+def _ros_array(items: list[Any]) -> ParameterValue:
+    """A list as the ROS 2 array type that holds it (see `ros_parameters`)."""
+    if not items:
+        return None
+    if all(isinstance(v, bool) for v in items) or all(isinstance(v, str) for v in items):
+        return items
+    if not any(isinstance(v, bool) for v in items):
+        if all(isinstance(v, int) for v in items):
+            return items
+        if all(isinstance(v, (int, float)) for v in items):
+            return [float(v) for v in items]
+    return [v if isinstance(v, str) else json.dumps(v, separators=(",", ":"), default=str) for v in items]

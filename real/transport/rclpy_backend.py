@@ -6,6 +6,11 @@ between message classes is needed. rclpy still needs each type's generated Pytho
 support) to create an endpoint: ``ros-<pkg>`` wheels or a ROS 2 install. A type without one (ackermann_msgs
 has no wheel) is a clear error naming the way out: ``transport=dds``, which carries its own definitions.
 
+The node's ROS 2 parameters are what the process declares with `declare_parameters` (``robolearn deploy``: its
+settings), read-only: ``ros2 param list/get`` read them through rclpy's standard parameter services, and a set
+is refused (the process reads its settings once, at start). Parameter overrides from the command line are
+ignored for the same reason.
+
 rclpy's SIGINT handler is disabled: it would shut the context down before a zero command could be published
 on Ctrl-C (see `real.safety.zero_on_exit`). Tested against rclpy nodes in other processes and against the
 DDS transport (tests/test_real_ros2.py).
@@ -18,10 +23,11 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import rclpy
+from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import (
     DurabilityPolicy,
@@ -36,6 +42,7 @@ from rclpy.signals import SignalHandlerOptions
 from real import msgs
 from real.transport.base import (
     Durability,
+    ParameterValue,
     Publisher,
     QoS,
     Reliability,
@@ -169,6 +176,14 @@ class RclpyTransport(Transport):
 
         sub = self.node.create_subscription(message_class(name), topic, on_bytes, rclpy_qos(qos), raw=True)
         return _RclpySubscription(self, sub, topic, name, qos)
+
+    def declare_parameters(self, values: Mapping[str, ParameterValue], description: str = "") -> None:
+        if self.closed:
+            raise RuntimeError("transport is closed")
+        self.node.declare_parameters("", [
+            (name, value, ParameterDescriptor(description=description, read_only=True, dynamic_typing=value is None))
+            for name, value in values.items()
+        ], ignore_override=True)  # fmt: skip
 
     def topic_types(self) -> dict[str, list[str]]:
         """The graph's topics and their types, ``{"/odom": ["nav_msgs/msg/Odometry"], ...}``."""

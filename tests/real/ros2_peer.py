@@ -1,6 +1,7 @@
 """A plain ROS 2 node (rclpy and the generated message classes only, nothing of robolearn's) for the interop tests.
 
-tests/real/test_real_ros2.py runs it in a subprocess as "the other ROS 2 node" (Fast DDS, ROS 2's default middleware):
+tests/real/test_real_ros2.py and test_real_ros2_node.py run it in a subprocess as "the other ROS 2 node" (Fast DDS,
+ROS 2's default middleware):
 
     python tests/real/ros2_peer.py serve
 
@@ -18,6 +19,12 @@ as keys, arrays as lists. Commands (``qos``: "sensor_data", "default" or "latche
   ``reset`` the counts and kept messages start over.
 - ``{"op": "graph", "topics": [...]}``: the publishers and subscriptions the ROS graph shows on each topic, with
   their type and QoS: ``{topic: {"publishers": [{"type", "reliability", "durability", "node"}], ...}}``.
+- ``{"op": "params", "node": "/robolearn_deploy", "change": {}, "wait": 10}``: another node's ROS 2
+  parameters through its standard parameter services (what ``ros2 param list/get/describe/set`` call), once
+  they are up (within ``wait`` s; each call then within ``wait`` s too): ``{"values": {name: value},
+  "read_only": {name: bool}, "description": {name: text}, "changed": {name: {"successful": bool, "reason":
+  text}}}``, values as JSON (arrays as lists, "not set" as null). ``change`` (name -> value) tries to set those
+  parameters and ``changed`` reports what the node answered.
 - ``{"op": "quit"}``.
 
 The node spins on a background thread; stdin is read on the main thread. ``ROS_DOMAIN_ID`` and
@@ -39,6 +46,8 @@ from typing import Any
 
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
+from rclpy.parameter import Parameter, parameter_value_to_python
+from rclpy.parameter_client import AsyncParameterClient
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
 PROFILES = {
@@ -101,6 +110,7 @@ class Peer:
         self.subscriptions: dict[str, Any] = {}
         self.publishers: dict[str, Any] = {}
         self.timers: dict[str, Any] = {}
+        self.param_clients: dict[str, AsyncParameterClient] = {}
         self.spinner = threading.Thread(target=self.executor.spin, daemon=True)
         self.spinner.start()
 
@@ -163,6 +173,35 @@ class Peer:
         return {topic: {"publishers": describe(self.node.get_publishers_info_by_topic(topic)),
                         "subscriptions": describe(self.node.get_subscriptions_info_by_topic(topic))}
                 for topic in topics}
+
+    def op_params(self, node: str, change: dict[str, Any] | None = None, wait: float = 10.0) -> dict[str, Any]:
+        if node not in self.param_clients:  # one client per node, reused
+            self.param_clients[node] = AsyncParameterClient(self.node, node)
+        client = self.param_clients[node]
+        if not client.wait_for_services(wait):
+            raise TimeoutError(f"no parameter services of {node} within {wait} s")
+        names = list(self._result(client.list_parameters(), wait).result.names)
+        values = self._result(client.get_parameters(names), wait).values
+        described = self._result(client.describe_parameters(names), wait).descriptors
+        out: dict[str, Any] = {
+            "values": {n: to_plain(parameter_value_to_python(v)) for n, v in zip(names, values, strict=True)},
+            "read_only": {d.name: d.read_only for d in described},
+            "description": {d.name: d.description for d in described},
+            "changed": {},
+        }
+        if change:
+            params = [Parameter(name, value=value) for name, value in change.items()]
+            results = self._result(client.set_parameters(params), wait).results
+            out["changed"] = {p.name: {"successful": r.successful, "reason": r.reason}
+                          for p, r in zip(params, results, strict=True)}
+        return out
+
+    @staticmethod
+    def _result(future: Any, timeout: float) -> Any:
+        """A service call's response (the node spins on its own thread), or TimeoutError."""
+        if not Peer._wait(future.done, timeout):
+            raise TimeoutError(f"no service response within {timeout} s")
+        return future.result()
 
     def op_quit(self) -> dict[str, Any]:
         return {"ok": True}
