@@ -8,6 +8,7 @@ generator (PPO's `torch.distributions` actions) draws from it, and `torch.get_rn
 from __future__ import annotations
 
 import json
+import os
 import time
 import warnings
 from collections import deque
@@ -127,6 +128,21 @@ class RunnerBase:
         self.finished_returns = deque(tensors["episodes.finished_returns"].tolist(), maxlen=RETURN_WINDOW)
         self.finished_lengths = deque(tensors["episodes.finished_lengths"].tolist(), maxlen=RETURN_WINDOW)
         self.iteration, self.env_steps, self.wall_s = meta["iteration"], meta["env_steps"], meta["wall_s"]
+        self._trim_metrics()
+
+    def _trim_metrics(self) -> None:
+        """After a restore: drop the metric rows of iterations past the checkpoint's (a run that died after its last
+        checkpoint wrote them; the resumed run writes them again), so `metrics.jsonl` holds each iteration once.
+        TensorBoard keeps its events: a resumed run's points overwrite nothing there, they are added again."""
+        path = self.run_dir / "metrics.jsonl"
+        if not self.logging or not path.is_file():
+            return
+        lines = path.read_text().splitlines()
+        kept = [line for line in lines if line.strip() and json.loads(line).get("iteration", 0) <= self.iteration]
+        if len(kept) != len(lines):
+            tmp = path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(line + "\n" for line in kept))
+            os.replace(tmp, path)
 
 
 def evaluate_policy(env: Any, algo: Any, seed: int, reference: tuple[float, float] | None,

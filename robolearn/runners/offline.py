@@ -133,3 +133,4 @@ class OfflineRunner(RunnerBase):
         restore_rng(self.generator, tensors, meta, self.device)
         self.iteration, self.wall_s = meta["iteration"], meta["wall_s"]
         self.algo.updates, self.last_eval = meta["updates"], meta["last_eval"]
+        self._trim_metrics()

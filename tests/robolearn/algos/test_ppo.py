@@ -57,6 +57,20 @@ def test_resume_reproduces_uninterrupted_run(tmp_path):
         assert {k: v for k, v in a.items() if k not in TIMING} == {k: v for k, v in b.items() if k not in TIMING}
 
 
+def test_resume_after_a_crash_keeps_each_iteration_once_in_the_metrics(tmp_path):
+    """A run folder whose metrics reach iteration 4 resumed from a checkpoint of iteration 3 (the run died after
+    logging 4, before checkpointing it): the restore drops row 4 and the resumed run writes it again, so
+    metrics.jsonl holds iterations 1..5 once each."""
+    died, saved = tmp_path / "died", tmp_path / "saved"
+    _small(died, episode_length=40).learn(4, checkpoint_interval=100)
+    _small(saved, episode_length=40).learn(3, checkpoint_interval=3)
+    resumed = _small(died, episode_length=40)
+    resumed.restore(saved / "checkpoints" / "latest")
+    resumed.learn(5, checkpoint_interval=100)
+    lines = (died / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3, 4, 5]
+
+
 def test_checkpoint_round_trip(tmp_path):
     runner = _small(tmp_path)
     runner.learn(2, checkpoint_interval=100)
