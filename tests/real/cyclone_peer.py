@@ -15,8 +15,6 @@ same JSON-lines protocol to both (see that script's docstring): ``subscribe``, `
 
 from __future__ import annotations
 
-import collections
-import json
 import os
 import sys
 import threading
@@ -30,28 +28,25 @@ from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: the Cyclone application's types
+from jsonl_peer import PeerBase, serve  # noqa: E402
+
 from benchmarks.peers.cyclone_app import idl_class, message, to_plain  # noqa: E402
 from benchmarks.peers.cyclone_app import qos as qos_  # noqa: E402
 
 
-class Peer:
+class Peer(PeerBase):
     """One participant; `handle` runs one command. Readers are polled on a background thread."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.participant = DomainParticipant(int(os.environ.get("ROS_DOMAIN_ID", "0")))
-        self.lock = threading.Lock()
         self.topics: dict[str, Topic] = {}
         self.readers: dict[str, DataReader] = {}
-        self.received: dict[str, dict[str, Any]] = {}
         self.writers: dict[str, DataWriter] = {}
         self.periodic: dict[str, threading.Event] = {}
         self.running = True
         self.poller = threading.Thread(target=self._poll, daemon=True)
         self.poller.start()
-
-    def handle(self, cmd: dict[str, Any]) -> Any:
-        op = cmd.pop("op")
-        return getattr(self, f"op_{op}")(**cmd)
 
     def _topic(self, topic: str, msg_type: str) -> Topic:
         if topic not in self.topics:
@@ -64,17 +59,13 @@ class Peer:
                 readers = list(self.readers.items())
             for topic, reader in readers:
                 for sample in reader.take(N=64):
-                    plain = to_plain(sample)
-                    with self.lock:
-                        entry = self.received[topic]
-                        entry["count"] += 1
-                        entry["messages"].append(plain)
+                    self.record(topic, to_plain(sample))
             time.sleep(0.005)
 
     def op_subscribe(self, topic: str, msg_type: str, qos: str = "default", keep: int = 1) -> dict[str, Any]:
         reader = DataReader(self.participant, self._topic(topic, msg_type), qos=qos_(qos))
+        self.expect(topic, keep)
         with self.lock:
-            self.received[topic] = {"count": 0, "messages": collections.deque(maxlen=keep)}
             self.readers[topic] = reader
         return {"ok": True}
 
@@ -105,22 +96,8 @@ class Peer:
             stop.set()
         return {"ok": True}
 
-    def op_received(self, topics: list[str], reset: bool = False) -> dict[str, Any]:
-        out = {}
-        with self.lock:
-            for topic in topics:
-                entry = self.received[topic]
-                out[topic] = {"count": entry["count"], "messages": list(entry["messages"])}
-                if reset:
-                    entry["count"] = 0
-                    entry["messages"].clear()
-        return out
-
     def op_graph(self, topics: list[str]) -> dict[str, Any]:
         raise NotImplementedError("a plain DDS application has no ROS graph")
-
-    def op_quit(self) -> dict[str, Any]:
-        return {"ok": True}
 
     def close(self) -> None:
         self.running = False
@@ -129,28 +106,7 @@ class Peer:
         self.poller.join(timeout=5.0)
 
 
-def serve() -> int:
-    peer = Peer()
-    print(json.dumps({"ready": True, "node": "cyclone_peer"}), flush=True)
-    try:
-        for line in sys.stdin:
-            if not line.strip():
-                continue
-            cmd = json.loads(line)
-            quit_ = cmd.get("op") == "quit"
-            try:
-                reply = peer.handle(cmd)
-            except Exception as e:  # report and keep serving: the test decides
-                reply = {"error": f"{type(e).__name__}: {e}"}
-            print(json.dumps(reply), flush=True)
-            if quit_:
-                break
-    finally:
-        peer.close()
-    return 0
-
-
 if __name__ == "__main__":
     if sys.argv[1:] != ["serve"]:
         sys.exit(f"usage: {sys.argv[0]} serve  (commands as JSON lines on stdin; see tests/real/ros2_peer.py)")
-    sys.exit(serve())
+    sys.exit(serve(Peer(), {"node": "cyclone_peer"}))

@@ -34,9 +34,7 @@ The node spins on a background thread; stdin is read on the main thread. ``ROS_D
 from __future__ import annotations
 
 import array
-import collections
 import importlib
-import json
 import re
 import sys
 import threading
@@ -45,6 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 import rclpy
+from jsonl_peer import PeerBase, serve
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter, parameter_value_to_python
 from rclpy.parameter_client import AsyncParameterClient
@@ -96,17 +95,16 @@ def fill(msg: Any, plain: dict[str, Any]) -> Any:
     return msg
 
 
-class Peer:
+class Peer(PeerBase):
     """The node and its endpoints; `handle` runs one command."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.context = rclpy.Context()
         rclpy.init(context=self.context)
         self.node = rclpy.create_node("ros2_peer", context=self.context)
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
-        self.lock = threading.Lock()
-        self.received: dict[str, dict[str, Any]] = {}
         self.subscriptions: dict[str, Any] = {}
         self.publishers: dict[str, Any] = {}
         self.timers: dict[str, Any] = {}
@@ -114,23 +112,10 @@ class Peer:
         self.spinner = threading.Thread(target=self.executor.spin, daemon=True)
         self.spinner.start()
 
-    def handle(self, cmd: dict[str, Any]) -> Any:
-        op = cmd.pop("op")
-        return getattr(self, f"op_{op}")(**cmd)
-
     def op_subscribe(self, topic: str, msg_type: str, qos: str = "default", keep: int = 1) -> dict[str, Any]:
-        with self.lock:
-            self.received[topic] = {"count": 0, "messages": collections.deque(maxlen=keep)}
-
-        def on_message(msg: Any) -> None:
-            plain = to_plain(msg)
-            with self.lock:
-                entry = self.received[topic]
-                entry["count"] += 1
-                entry["messages"].append(plain)
-
-        self.subscriptions[topic] = self.node.create_subscription(message_class(msg_type), topic, on_message,
-                                                                  PROFILES[qos])
+        self.expect(topic, keep)
+        self.subscriptions[topic] = self.node.create_subscription(
+            message_class(msg_type), topic, lambda msg: self.record(topic, to_plain(msg)), PROFILES[qos])
         return {"ok": True}
 
     def op_publish(self, topic: str, msg_type: str, msg: dict[str, Any], qos: str = "default", rate_hz: float = 0.0,
@@ -152,17 +137,6 @@ class Peer:
         if timer is not None:
             self.node.destroy_timer(timer)
         return {"ok": True}
-
-    def op_received(self, topics: list[str], reset: bool = False) -> dict[str, Any]:
-        out = {}
-        with self.lock:
-            for topic in topics:
-                entry = self.received[topic]
-                out[topic] = {"count": entry["count"], "messages": list(entry["messages"])}
-                if reset:
-                    entry["count"] = 0
-                    entry["messages"].clear()
-        return out
 
     def op_graph(self, topics: list[str]) -> dict[str, Any]:
         def describe(infos: list) -> list[dict[str, Any]]:
@@ -203,9 +177,6 @@ class Peer:
             raise TimeoutError(f"no service response within {timeout} s")
         return future.result()
 
-    def op_quit(self) -> dict[str, Any]:
-        return {"ok": True}
-
     @staticmethod
     def _wait(condition: Callable[[], bool], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -222,28 +193,7 @@ class Peer:
         self.context.try_shutdown()
 
 
-def serve() -> int:
-    peer = Peer()
-    print(json.dumps({"ready": True, "node": peer.node.get_fully_qualified_name()}), flush=True)
-    try:
-        for line in sys.stdin:
-            if not line.strip():
-                continue
-            cmd = json.loads(line)
-            quit_ = cmd.get("op") == "quit"
-            try:
-                reply = peer.handle(cmd)
-            except Exception as e:  # report and keep serving: the test decides
-                reply = {"error": f"{type(e).__name__}: {e}"}
-            print(json.dumps(reply), flush=True)
-            if quit_:
-                break
-    finally:
-        peer.close()
-    return 0
-
-
 if __name__ == "__main__":
     if sys.argv[1:] != ["serve"]:
         sys.exit(f"usage: {sys.argv[0]} serve  (commands as JSON lines on stdin; see the docstring)")
-    sys.exit(serve())
+    sys.exit(serve(Peer(), {"node": "/ros2_peer"}))
