@@ -82,8 +82,13 @@ def rank_device(device: str, ranks: Ranks) -> str:
 
 
 def rank_seed(seed: int, ranks: Ranks) -> int:
-    """The seed of this rank's envs and random streams (rank 0: `seed` itself)."""
-    return seed + RANK_SEED_STRIDE * ranks.rank
+    """The seed of this rank's envs and random streams (rank 0: `seed` itself).
+
+    ``ROBOLEARN_RANK_SEED_STRIDE=0`` gives every rank the same seed, hence the same data: the averaged gradient is
+    then each rank's own, and the job must reproduce the one-process run exactly (how the tests check the
+    data-parallel path). Never useful for training."""
+    stride = int(os.environ.get("ROBOLEARN_RANK_SEED_STRIDE", RANK_SEED_STRIDE))
+    return seed + stride * ranks.rank
 
 
 def rank_dir(run_dir: Path, ranks: Ranks) -> Path:

@@ -21,7 +21,7 @@ from robolearn.checkpoints.policy import load_policy
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 PPO = ["env=cartpole-balance", "algo=ppo", "video=false", "progress=false"]
-VOLATILE = ("wall_s", "env_steps_per_s", "collection_steps_per_s", "updates_per_s")
+VOLATILE = ("wall_s", "env_steps_per_s", "collection_steps_per_s", "updates_per_s", "eval/seconds")
 
 
 def free_port() -> int:
@@ -30,12 +30,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(args: list[str], ranks: int = 2, timeout: float = 300, **popen) -> subprocess.CompletedProcess:
+def torchrun(args: list[str], ranks: int = 2, timeout: float = 300, env_extra: dict[str, str] | None = None
+             ) -> subprocess.CompletedProcess:
     """`torchrun --nproc_per_node=<ranks> -m robolearn train <args>` on a private rendezvous port."""
     cmd = [*TORCHRUN, f"--nproc_per_node={ranks}", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{free_port()}",
            "-m", "robolearn", "train", *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, **popen)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def run(args: list[str], ranks: int = 2) -> None:
@@ -81,20 +82,32 @@ def test_ppo_two_ranks_follow_one_rank_at_the_same_global_batch_and_resume_exact
     assert all(torch.allclose(resumed[k], rank0[k], atol=1e-6) for k in rank0)
 
 
-def test_sac_two_ranks_update_in_step_with_identical_networks(tmp_path):
-    """SAC on two ranks (each its own envs and replay buffer, the gradients averaged): both ranks make the same
-    updates and end with identical networks, critics, targets and temperature. (That two ranks learn the swing-up
-    is a longer run, measured in docs/distributed.md.)"""
-    out = tmp_path / "sac"
-    run(["env=pendulum-swingup", "+env.overrides.episode_length=100", "algo=sac", "env.num_envs=2",
-         "runner.env_steps=800", "runner.steps_per_iteration=200", "algo.learning_starts=200", "algo.batch_size=32",
-         "algo.actor_hidden=[32,32]", "algo.critic_hidden=[32,32]", "algo.n_step=3", f"run_dir={out}", "video=false",
-         "progress=false"])
-    rank0, rank1 = states(out / "checkpoints" / "final"), states(out / "ranks" / "rank1" / "checkpoints" / "final")
-    assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
-    assert not torch.equal(rank0["log_alpha"], torch.zeros(()))  # the temperature moved: updates happened
-    last = rows(out)[-1]
-    assert last["world_size"] == 2 and last["updates"] > 0 and last["env_steps_all_ranks"] == 2 * last["env_steps"]
+SAME_DATA = {
+    "sac": ["env=pendulum-swingup", "+env.overrides.episode_length=100", "algo=sac", "env.num_envs=2",
+            "runner.env_steps=600", "runner.steps_per_iteration=100", "algo.learning_starts=200",
+            "algo.batch_size=32", "algo.actor_hidden=[32,32]", "algo.critic_hidden=[32,32]", "algo.n_step=3"],
+    "ppo": [*PPO, "env.num_envs=32", "iterations=3", "algo.num_steps=16"],
+}
+
+
+@pytest.mark.parametrize("algo", sorted(SAME_DATA))
+def test_two_ranks_on_the_same_data_reproduce_one_process_exactly(algo, tmp_path):
+    """With ROBOLEARN_RANK_SEED_STRIDE=0 both ranks collect the same data, so the averaged gradient (and PPO's
+    averaged KL and merged normaliser moments) is each rank's own: the two-rank job must equal the one-process run,
+    metric for metric and parameter for parameter. It does, bit for bit (SAC: critics, targets, temperature, 2
+    updates per iteration; PPO: the KL-adapted rate and the normalisers)."""
+    args = [*SAME_DATA[algo], "video=false", "progress=false"]
+    done = torchrun([*args, f"run_dir={tmp_path / 'two'}"], env_extra={"ROBOLEARN_RANK_SEED_STRIDE": "0"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    run([*args, f"run_dir={tmp_path / 'one'}"], ranks=1)
+    layout = ("world_size", "env_steps_all_ranks")
+    two = [{k: v for k, v in r.items() if k not in layout} for r in rows(tmp_path / "two")]
+    assert two == rows(tmp_path / "one")
+    one, both = states(tmp_path / "one" / "checkpoints" / "final"), states(tmp_path / "two" / "checkpoints" / "final")
+    rank1 = states(tmp_path / "two" / "ranks" / "rank1" / "checkpoints" / "final")
+    assert all(torch.equal(both[k], rank1[k]) for k in one)
+    for k in one:  # PPO's normalisers have counted both ranks' (equal) samples: the same mean and variance
+        assert torch.equal(one[k] * (2 if k.endswith("norm.count") else 1), both[k]), k
 
 
 def test_a_killed_rank_stops_the_job_with_a_clear_error_and_leaves_whole_checkpoints(tmp_path):
