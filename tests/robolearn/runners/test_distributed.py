@@ -53,16 +53,15 @@ def states(path: Path) -> dict[str, torch.Tensor]:
     return checkpoint.load(path)[1]
 
 
-def test_ppo_two_ranks_follow_one_rank_at_the_same_global_batch_and_resume_exactly(tmp_path):
+def test_ppo_two_ranks_follow_one_rank_at_the_same_global_batch(tmp_path):
     """2 ranks x 128 envs against 1 process x 256 envs (the same global batch per update), cartpole-balance.
 
     The ranks' env blocks are seeded apart (rank 1: seed + 1,000,003), so the two runs see different episodes: their
     learning curves agree within the spread of two seeds of the one-process run (measured: at most 8-9 return
     points apart over 12 iterations, returns rising from 15 to 100); the test allows 20 at every iteration. Every
-    rank ends with identical networks. A job stopped after 2 iterations and resumed under torchrun ends exactly where
-    the uninterrupted job does."""
-    common = [*PPO, "iterations=6", "checkpoint_interval=2"]
-    two, one, split = tmp_path / "two", tmp_path / "one", tmp_path / "split"
+    rank ends with identical networks."""
+    common = [*PPO, "iterations=5", "checkpoint_interval=100"]
+    two, one = tmp_path / "two", tmp_path / "one"
     run([*common, "env.num_envs=128", f"run_dir={two}"])
     run([*common, "env.num_envs=256", f"run_dir={one}"], ranks=1)
     a, b = rows(two), rows(one)
@@ -75,18 +74,12 @@ def test_ppo_two_ranks_follow_one_rank_at_the_same_global_batch_and_resume_exact
     assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)  # averaged gradients and merged normalisers
     assert load_policy(two / "checkpoints" / "final")({"policy": torch.zeros(1, 5)}).shape == (1, 1)
 
-    run([*PPO, "iterations=2", "checkpoint_interval=2", "env.num_envs=128", f"run_dir={split}"])
-    run(["resume=" + str(split), "iterations=6"])
-    assert rows(split) == a
-    resumed = states(split / "checkpoints" / "final")
-    assert all(torch.allclose(resumed[k], rank0[k], atol=1e-6) for k in rank0)
-
 
 SAME_DATA = {
     "sac": ["env=pendulum-swingup", "+env.overrides.episode_length=100", "algo=sac", "env.num_envs=2",
             "runner.env_steps=600", "runner.steps_per_iteration=100", "algo.learning_starts=200",
             "algo.batch_size=32", "algo.actor_hidden=[32,32]", "algo.critic_hidden=[32,32]", "algo.n_step=3"],
-    "ppo": [*PPO, "env.num_envs=32", "iterations=3", "algo.num_steps=16"],
+    "ppo": [*PPO, "env.num_envs=32", "algo.num_steps=16"],  # 3 iterations, below
 }
 
 
@@ -95,11 +88,18 @@ def test_two_ranks_on_the_same_data_reproduce_one_process_exactly(algo, tmp_path
     """With ROBOLEARN_RANK_SEED_STRIDE=0 both ranks collect the same data, so the averaged gradient (and PPO's
     averaged KL and merged normaliser moments) is each rank's own: the two-rank job must equal the one-process run,
     metric for metric and parameter for parameter. It does, bit for bit (SAC: critics, targets, temperature, 2
-    updates per iteration; PPO: the KL-adapted rate and the normalisers)."""
+    updates per iteration; PPO: the KL-adapted rate and the normalisers). The PPO job is stopped after 2 of its 3
+    iterations and resumed under torchrun: every rank restores exactly."""
     args = [*SAME_DATA[algo], "video=false", "progress=false"]
-    done = torchrun([*args, f"run_dir={tmp_path / 'two'}"], env_extra={"ROBOLEARN_RANK_SEED_STRIDE": "0"})
+    same = {"ROBOLEARN_RANK_SEED_STRIDE": "0"}
+    if algo == "ppo":
+        first = torchrun([*args, "iterations=2", f"run_dir={tmp_path / 'two'}"], env_extra=same)
+        assert first.returncode == 0, first.stderr[-3000:]
+        done = torchrun([f"resume={tmp_path / 'two'}", "iterations=3"], env_extra=same)
+    else:
+        done = torchrun([*args, f"run_dir={tmp_path / 'two'}"], env_extra=same)
     assert done.returncode == 0, done.stderr[-3000:]
-    run([*args, f"run_dir={tmp_path / 'one'}"], ranks=1)
+    run([*args, *(["iterations=3"] if algo == "ppo" else []), f"run_dir={tmp_path / 'one'}"], ranks=1)
     layout = ("world_size", "env_steps_all_ranks")
     two = [{k: v for k, v in r.items() if k not in layout} for r in rows(tmp_path / "two")]
     assert two == rows(tmp_path / "one")
