@@ -107,14 +107,18 @@ def replay_schedule(folder: str | Path, behaviour: dict[str, Any], kind: str) ->
 
 
 def build_behaviour(run_dir: str | Path, out: str | Path | None = None, medium_score: float = MEDIUM_SCORE,
-                    eval_episodes: int = 10, seed: int = 0) -> Path:
+                    eval_episodes: int = 10, seed: int = 0, expert: str = "last") -> Path:
     """A behaviour folder at `out` (default benchmarks/behaviour/<task>-<algo>) from the finished run `run_dir`'s
-    snapshots (`runner.snapshot_every`): all of them copied, expert = the last, medium = the first whose sampled
-    policy's normalised score over `eval_episodes` episodes (env seed `seed`; the task's random and reference
-    returns) reaches `medium_score`, as D4RL sampled its behaviour policies. Never overwrites a folder."""
+    snapshots (`runner.snapshot_every`): all of them copied, expert = the last (D4RL's final policy) or, with
+    `expert="best"`, the snapshot the run's own evaluation rated highest (for a run that degraded at its end, as
+    SAC on hopper can), medium = the first whose sampled policy's normalised score over `eval_episodes` episodes
+    (env seed `seed`; the task's random and reference returns) reaches `medium_score`, as D4RL sampled its behaviour
+    policies. Never overwrites a folder."""
     from robolearn.eval.evaluate import evaluate
     from robolearn.eval.scores import normalized_score, task_reference
 
+    if expert not in ("last", "best"):
+        raise ConfigError(f"expert= takes last or best, got {expert!r}")
     index = read_index(Path(run_dir) / SNAPSHOTS)
     if not index["snapshots"]:
         raise ConfigError(f"run {run_dir} has no policy snapshots ({Path(run_dir) / SNAPSHOTS / 'index.json'}); "
@@ -141,13 +145,21 @@ def build_behaviour(run_dir: str | Path, out: str | Path | None = None, medium_s
     if medium is None:
         raise ConfigError(f"no snapshot of {run_dir} reaches normalised score {medium_score} (scores "
                           f"{[(e['name'], e.get('score')) for e in entries]}); train longer, or lower medium_score")
-    if "score" not in entries[-1]:
-        entries[-1]["score"] = score(paths[-1])
+    top = len(entries) - 1
+    if expert == "best":
+        rated = [i for i, e in enumerate(entries) if (e.get("eval") or {}).get("return") is not None]
+        if not rated:
+            raise ConfigError(f"expert=best needs the run's evaluations at its snapshots; {run_dir} has none "
+                              "(train with runner.eval_every=<snapshot_every>)")
+        top = max(rated, key=lambda i: entries[i]["eval"]["return"])
+    if "score" not in entries[top]:
+        entries[top]["score"] = score(paths[top])
     behaviour = {"task": task, "env_overrides": run["env"].get("overrides") or {}, "algo": algo,
                  "overrides": training_overrides(run), "seed": run.get("seed"),
                  **{k: index.get(k) for k in ("num_envs", "steps_per_iteration", "snapshot_every",
                                               "random_warmup_steps", "env_steps")},
-                 "expert": entries[-1]["name"], "expert_score": entries[-1]["score"], "medium": medium["name"],
+                 "expert": entries[top]["name"], "expert_score": entries[top]["score"], "expert_rule": expert,
+                 "medium": medium["name"],
                  "medium_score": medium["score"], "medium_threshold": medium_score, "eval_episodes": eval_episodes,
                  "eval_seed": seed, "snapshots": entries}
     with staged_folder(out) as tmp:
@@ -155,7 +167,7 @@ def build_behaviour(run_dir: str | Path, out: str | Path | None = None, medium_s
             shutil.copytree(path, tmp / SNAPSHOTS / path.name)
         write_json(tmp / BEHAVIOUR, behaviour)
     print(f"behaviour folder {out}: {len(entries)} snapshots, medium {medium['name']} ({medium['score']}), expert "
-          f"{entries[-1]['name']} ({entries[-1]['score']})")
+          f"{entries[top]['name']} ({entries[top]['score']}, {expert})")
     return out
 
 

@@ -119,6 +119,8 @@ class CollectConfig:
     behaviour: str | None = None    # a run trained with runner.snapshot_every: build its behaviour folder at out=
     #                                 (default benchmarks/behaviour/<task>-<algo>; robolearn.collect.behaviour)
     medium_score: float = MEDIUM_SCORE  # behaviour=: the normalised score (sampled) the medium snapshot reaches first
+    expert: str = "last"            # behaviour=: the expert snapshot, the last (D4RL's final policy) or the best the
+    #                                 run's own evaluation rated (a run that degraded at its end)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -23,7 +23,7 @@ def cmd_collect(cfg: CollectConfig) -> int:
     if cfg.behaviour:
         from robolearn.collect.behaviour import build_behaviour
 
-        build_behaviour(cfg.behaviour, cfg.out, cfg.medium_score, seed=cfg.seed)
+        build_behaviour(cfg.behaviour, cfg.out, cfg.medium_score, seed=cfg.seed, expert=cfg.expert)
         return 0
     out = Path(cfg.out or f"data/{cfg.env.name}-{cfg.kind}-v0")  # -v0: a Minari dataset id too
     if out.exists():

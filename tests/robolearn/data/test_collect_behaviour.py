@@ -186,3 +186,14 @@ def test_committed_behaviour_folders_load():
         for name in (behaviour["medium"], behaviour["expert"]):
             policy = load_policy(snapshot(folder, name))
             assert policy.run["env"]["name"] == behaviour["task"]
+
+
+def test_expert_best_takes_the_snapshot_the_run_rated_highest(run, tmp_path):
+    """expert=best (a run that degraded at its end): the snapshot with the highest evaluation the run recorded;
+    a medium_score below any score keeps the medium at the first snapshot, so only two snapshots are scored."""
+    out = build_behaviour(run, tmp_path / "best", medium_score=-100.0, eval_episodes=1, expert="best")
+    behaviour = json.loads((out / "behaviour.json").read_text())
+    evals = {s["name"]: s["eval"]["return"] for s in read_index(run / "snapshots")["snapshots"]}
+    assert behaviour["expert"] == max(evals, key=evals.get) and behaviour["expert_rule"] == "best"
+    with pytest.raises(ConfigError, match="last or best"):
+        build_behaviour(run, tmp_path / "bad", expert="median")
