@@ -11,21 +11,13 @@ type information, so the fast class borrows it (``__idl__._xt_data`` / ``_xt_byt
 attributes of cyclonedds 11.0.1, hence the pin) from a ``sequence[uint8]`` twin: readers and writers that
 use the list-typed class still match it.
 
-Interop with both of ROS 2's DDS stacks at their defaults. Each side compares the XTypes type information the other
-announces:
-
-- Fast DDS (rmw_fastrtps, ROS 2's default middleware) matches two endpoints when their complete *or* their minimal
-  type identifiers (hashes of the type objects) are equal. It leaves the try-construct bits of collection element
-  flags unset.
-- Cyclone DDS sets TRY_CONSTRUCT1 there, as the XTypes spec requires, and by default rejects type objects without
-  it. A Cyclone application with its own ROS 2 types matches on equal minimal identifiers.
-
-So `_fill_type_data` announces the complete half built Fast DDS's way (equal to what an rclpy node announces) and the
-minimal half built Cyclone's way (equal to what any Cyclone application announces for the same .msg definitions).
-Tested against both in tests/real/test_real_ros2.py. On its own domains `real.transport.dds` accepts Fast DDS's
-element flags (``AllowInvalidTryConstruct``) and matches Fast DDS endpoints by type name
-(``IgnoreTypeInformation`` for vendor 1.15), since Cyclone would otherwise compare its minimal type with Fast DDS's
-complete one. rmw_cyclonedds_cpp announces no type information at all, so every side matches it by type name.
+Fast DDS interop: Fast DDS (rmw_fastrtps, ROS 2's default middleware) matches endpoints by comparing XTypes
+type identifiers, the hashes of the type objects. It leaves the try-construct bits of collection element
+flags unset, where cyclonedds' builder sets TRY_CONSTRUCT1, so every type holding a sequence or an array
+(Imu, Odometry, JointState, Image, ...) hashed differently and Fast DDS readers never matched our writers.
+`_fastdds_element_flags` builds the type objects the way Fast DDS does (tested: the identifiers equal those
+an rclpy node announces); Cyclone accepts such type objects only with ``AllowInvalidTryConstruct``, which
+`real.transport.dds` sets on its domains.
 """
 
 # No `from __future__ import annotations`: cyclonedds reads the field annotations as real types.
@@ -39,7 +31,6 @@ from typing import Any
 
 import numpy as np
 from cyclonedds.idl import IdlStruct, _xt_builder, annotations, make_idl_struct, types
-from cyclonedds.idl._support import Endianness
 from rosbags.interfaces import Nodetype
 
 from real.msgs.store import NUMPY_DTYPES, dds_type_name, fields, msg_class, type_name
@@ -75,61 +66,28 @@ def _idl_field_type(desc: tuple, fast_bytes: bool = False) -> Any:
 
 
 _XT_LOCK = threading.Lock()
-_HASHES: dict[str, dict] = {"cyclone": {}, "fastdds": {}}  # the XTypes builder's per-class hash cache, per style
 
 
 @contextlib.contextmanager
-def _xtypes_style(style: str) -> Iterator[None]:
-    """While active, cyclonedds' XTypes builder writes type objects in `style`: "cyclone" (its own: collection element
-    flags with TRY_CONSTRUCT1, as the XTypes spec requires and Cyclone validates) or "fastdds" (element flags all
-    clear, as Fast DDS writes and hashes them).
+def _fastdds_element_flags() -> Iterator[None]:
+    """While active, cyclonedds' XTypes builder writes collection element flags as Fast DDS does (all clear).
 
-    The builder reads ``xt.PlainCollectionHeader`` from its module globals and caches each class's hashes in
-    ``XTBuilder._type_hash_db`` (cyclonedds 11.0.1), so it gets a stand-in module and one cache per style.
+    The builder reads ``xt.PlainCollectionHeader`` from its module globals (cyclonedds 11.0.1), so it gets a
+    stand-in module whose header ignores the element flags it is given.
     """
-    real_xt, builder = _xt_builder.xt, _xt_builder.XTBuilder
-    stand_in = real_xt
-    if style == "fastdds":
-        def header(equiv_kind: int, element_flags: Any) -> Any:
-            return real_xt.PlainCollectionHeader(equiv_kind=equiv_kind, element_flags=real_xt.MemberFlag())
+    real_xt = _xt_builder.xt
 
-        stand_in = pytypes.SimpleNamespace(**{k: getattr(real_xt, k) for k in dir(real_xt) if not k.startswith("__")})
-        stand_in.PlainCollectionHeader = header
+    def header(equiv_kind: int, element_flags: Any) -> Any:
+        return real_xt.PlainCollectionHeader(equiv_kind=equiv_kind, element_flags=real_xt.MemberFlag())
+
+    stand_in = pytypes.SimpleNamespace(**{k: getattr(real_xt, k) for k in dir(real_xt) if not k.startswith("__")})
+    stand_in.PlainCollectionHeader = header
     with _XT_LOCK:
-        cache = builder._type_hash_db
-        _xt_builder.xt, builder._type_hash_db = stand_in, _HASHES[style]
+        _xt_builder.xt = stand_in
         try:
             yield
         finally:
-            _xt_builder.xt, builder._type_hash_db = real_xt, cache
-
-
-def _fill_type_data(cls: type[IdlStruct]) -> None:
-    """Give `cls` the type information both ROS 2 middlewares match against (see the module docstring).
-
-    Fast DDS matches two endpoints when their complete *or* their minimal type identifiers are equal; Cyclone
-    matches equal minimal identifiers and otherwise resolves and validates the other side's type objects. So the
-    complete half is built Fast DDS's way (its identifiers equal an rclpy node's) and the minimal half Cyclone's
-    (equal to any Cyclone application's, and valid where Cyclone checks it).
-    """
-    with _xtypes_style("cyclone"):
-        info_c, map_c = _xt_builder.XTBuilder.process_type(cls)
-    with _xtypes_style("fastdds"):
-        info_f, map_f = _xt_builder.XTBuilder.process_type(cls)
-    xt = _xt_builder.xt
-    if len(map_c.identifier_complete_minimal) != len(map_f.identifier_complete_minimal):
-        raise RuntimeError(f"the two XTypes builds of {cls.__name__} list different types")
-    info = xt.TypeInformation(minimal=info_c.minimal, complete=info_f.complete)
-    mapping = xt.TypeMapping(
-        identifier_object_pair_minimal=map_c.identifier_object_pair_minimal,
-        identifier_object_pair_complete=map_f.identifier_object_pair_complete,
-        identifier_complete_minimal=[
-            xt.TypeIdentifierPair(type_identifier1=f.type_identifier1, type_identifier2=c.type_identifier2)
-            for f, c in zip(map_f.identifier_complete_minimal, map_c.identifier_complete_minimal, strict=True)])
-    idl = cls.__idl__  # private attributes of cyclonedds 11.0.1 (the pin): what Topic() sends
-    idl._xt_data = (info, mapping)
-    idl._xt_bytedata = tuple(part.serialize(endianness=Endianness.Little, use_version_2=True)[4:]
-                             for part in (info, mapping))
+            _xt_builder.xt = real_xt
 
 
 def _make(name: str, fast: tuple[str, ...]) -> type[IdlStruct]:
@@ -138,8 +96,8 @@ def _make(name: str, fast: tuple[str, ...]) -> type[IdlStruct]:
     annotations.final(cls)
     annotations.autoid("sequential")(cls)
     if not fast:  # the fast variant borrows its twin's type information (see `_idl_class`)
-        cls.__idl__.populate()
-        _fill_type_data(cls)
+        with _fastdds_element_flags():
+            cls.__idl__.fill_type_data()  # nested types are generated by `_make` too, so they are filled already
     return cls
 
 

@@ -6,12 +6,10 @@ representation, autodispose off, the ROS QoS profiles, the type hash in USER_DAT
 settings (network interface, peers) come from ``CYCLONEDDS_URI`` as for ROS; `LOOPBACK_CONFIG` keeps
 traffic on 127.0.0.1 for tests and a fake robot on one machine.
 
-Interop with both of ROS 2's DDS stacks at their defaults: rclpy nodes on Fast DDS (rmw_fastrtps_cpp, the default
-middleware) and Cyclone applications with their own ROS 2 types. `real.msgs.idl` announces type information whose
-complete identifiers equal Fast DDS's and whose minimal ones equal Cyclone's. Every domain this transport opens adds
-`INTEROP_CONFIG` after the user's ``CYCLONEDDS_URI``: Cyclone then accepts Fast DDS's type objects and matches Fast
-DDS endpoints by type name. Tested against both kinds of peer, in both directions, under the three QoS profiles.
-rmw_cyclonedds_cpp nodes announce no type information, so they match by type name.
+Interop with ROS 2's default middleware (rmw_fastrtps_cpp, Fast DDS): Fast DDS matches endpoints on equal
+XTypes type identifiers, so `real.msgs.idl` builds type objects the way Fast DDS does, and every domain
+this transport opens adds `INTEROP_CONFIG` (Cyclone then accepts those type objects, its own and Fast
+DDS's) after the user's ``CYCLONEDDS_URI``. Tested against rclpy nodes on Fast DDS in both directions.
 
 Data path: messages are (de)serialized with rosbags and written and taken as raw CDR through cyclonedds'
 C layer (``ddspy_write`` / ``ddspy_take``, private in the pinned cyclonedds 11.0.1). Measured medians on
@@ -66,12 +64,10 @@ LOOPBACK_CONFIG = (
 
 INTEROP_CONFIG = (
     "<CycloneDDS><Domain Id='any'><Compatibility><AllowInvalidTryConstruct>true</AllowInvalidTryConstruct>"
-    "<IgnoreTypeInformation>1.15</IgnoreTypeInformation></Compatibility></Domain></CycloneDDS>"
+    "</Compatibility></Domain></CycloneDDS>"
 )
-"""Appended to ``CYCLONEDDS_URI``: accept XTypes collection element flags without try-construct bits, as Fast DDS (and,
-to match it, the complete half of `real.msgs.idl`'s type information) writes them. Also match endpoints of vendor 1.15
-(eProsima Fast DDS) by type name: otherwise Cyclone checks its own minimal type against Fast DDS's complete type,
-which fails for final structs."""
+"""Appended to ``CYCLONEDDS_URI``: accept XTypes collection element flags without try-construct bits, as
+Fast DDS (and, to match it, `real.msgs.idl`) writes them."""
 
 _TAKE_BATCH = 32
 _ANY_STATE = SampleState.Any | ViewState.Any | InstanceState.Any
