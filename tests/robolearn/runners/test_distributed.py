@@ -18,6 +18,7 @@ import torch
 
 from robolearn.checkpoints import checkpoint
 from robolearn.checkpoints.policy import load_policy
+from robolearn.eval.evaluate import evaluate
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 PPO = ["env=cartpole-balance", "algo=ppo", "video=false", "progress=false"]
@@ -108,6 +109,21 @@ def test_two_ranks_on_the_same_data_reproduce_one_process_exactly(algo, tmp_path
     assert all(torch.equal(both[k], rank1[k]) for k in one)
     for k in one:  # PPO's normalisers have counted both ranks' (equal) samples: the same mean and variance
         assert torch.equal(one[k] * (2 if k.endswith("norm.count") else 1), both[k]), k
+
+
+def test_sac_on_two_ranks_learns_cartpole_balance(tmp_path):
+    """SAC data-parallel on 2 ranks (2 envs each, rank-seeded apart, 2,500 averaged updates of 2 x 64 transitions)
+    learns to balance: the deterministic policy's return on 16 fresh 200-step episodes against doing nothing (133)
+    and acting at random (114), of a best possible 200. Measured over seeds 0-2: 167, 171, 153 (init temperature 0.1,
+    as the default 1.0 holds the policy near random at this budget on a reward of at most 1 a step)."""
+    out = tmp_path / "sac"
+    run(["env=cartpole-balance", "+env.overrides.episode_length=200", "algo=sac", "env.num_envs=2",
+         "runner.env_steps=3000", "runner.steps_per_iteration=50", "algo.learning_starts=500", "algo.batch_size=64",
+         "algo.actor_hidden=[64,64]", "algo.critic_hidden=[64,64]", "algo.init_temperature=0.1", "video=false",
+         "progress=false", "checkpoint_interval=1000", f"run_dir={out}"])
+    assert rows(out)[-1]["env_steps_all_ranks"] == 6000
+    score = evaluate(out / "checkpoints" / "final", episodes=16)
+    assert score > 145, score
 
 
 def test_a_killed_rank_stops_the_job_with_a_clear_error_and_leaves_whole_checkpoints(tmp_path):
