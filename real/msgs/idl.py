@@ -4,33 +4,29 @@ The generated classes mirror what rmw_cyclonedds expects: type name ``<pkg>::msg
 extensibility, sequential member ids, members in .msg order, XCDR1. Their ``serialize()`` is byte-identical
 to rosbags' CDR (tested for every type real/ uses).
 
+Type information: cyclonedds-python builds a topic's (de)serializer from the class's XTypes type information
+(``__idl__._xt_data`` / ``_xt_bytedata``, private attributes of cyclonedds 11.0.1, hence the pin), and Cyclone keeps
+those type objects in its type library. Its TypeLookup service answers other participants' requests from that
+library, including requests a Fast DDS node addresses to another node; Fast DDS takes the first reply, and a partial
+one (types without collections hash the same on both stacks, e.g. Header) leaves its endpoint unmatched
+(docs/real-robots.md). So every wire class carries the type information of a private twin (`_private_class`): the
+same layout, with type names under `PRIVATE_SCOPE` and suffixed member names, hence complete and minimal type
+identifiers that no other participant has or asks for. The endpoints announce none of it
+(`real.transport.dds_typeinfo`); peers match them by type name, as they match rmw_cyclonedds_cpp's.
+
 ``sensor_msgs/msg/Image.data`` gets a fast path: declared ``sequence[uint8]`` cyclonedds (de)serializes the
 pixels one Python call per byte (about 36 ms for 640x480 rgb8); declared ``bytes`` it takes the
 BytesMachine path (a few ms) with the same wire layout. A plain ``bytes`` member cannot produce XTypes
-type information, so the fast class borrows it (``__idl__._xt_data`` / ``_xt_bytedata``, private
-attributes of cyclonedds 11.0.1, hence the pin) from a ``sequence[uint8]`` twin: readers and writers that
-use the list-typed class still match it.
-
-Fast DDS interop: Fast DDS (rmw_fastrtps, ROS 2's default middleware) matches endpoints by comparing XTypes
-type identifiers, the hashes of the type objects. It leaves the try-construct bits of collection element
-flags unset, where cyclonedds' builder sets TRY_CONSTRUCT1, so every type holding a sequence or an array
-(Imu, Odometry, JointState, Image, ...) hashed differently and Fast DDS readers never matched our writers.
-`_fastdds_element_flags` builds the type objects the way Fast DDS does (tested: the identifiers equal those
-an rclpy node announces); Cyclone accepts such type objects only with ``AllowInvalidTryConstruct``, which
-`real.transport.dds` sets on its domains.
+type information; both Image classes take theirs from the private twin, which declares ``sequence[uint8]``.
 """
 
 # No `from __future__ import annotations`: cyclonedds reads the field annotations as real types.
 
-import contextlib
 import functools
-import threading
-import types as pytypes
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-from cyclonedds.idl import IdlStruct, _xt_builder, annotations, make_idl_struct, types
+from cyclonedds.idl import IdlStruct, annotations, make_idl_struct, types
 from rosbags.interfaces import Nodetype
 
 from real.msgs.store import NUMPY_DTYPES, dds_type_name, fields, msg_class, type_name
@@ -41,12 +37,15 @@ _BASE_TYPES: dict[str, Any] = {
     "int64": types.int64, "uint64": types.uint64, "float32": types.float32, "float64": types.float64,
 }  # fmt: skip
 
+PRIVATE_SCOPE = "robolearn_private"
+"""Prefixes the type names and suffixes the member names of the type-information twins (`_private_class`)."""
+
 # Types whose IdlStruct carries `bytes` members (field -> fast path); the rest use plain sequences.
 FAST_BYTES_FIELDS: dict[str, tuple[str, ...]] = {"sensor_msgs/msg/Image": ("data",)}
 
 
-def _idl_field_type(desc: tuple, fast_bytes: bool = False) -> Any:
-    """The cyclonedds annotation for one rosbags field description."""
+def _idl_field_type(desc: tuple, fast_bytes: bool = False, private: bool = False) -> Any:
+    """The cyclonedds annotation for one rosbags field description (nested types: `_private_class`'s if ``private``)."""
     kind, arg = desc
     if kind == Nodetype.BASE:
         base, bound = arg
@@ -56,48 +55,42 @@ def _idl_field_type(desc: tuple, fast_bytes: bool = False) -> Any:
             raise TypeError(f"ROS base type {base!r} has no DDS mapping")
         return _BASE_TYPES[base]
     if kind == Nodetype.NAME:
-        return idl_class(arg)
+        return _private_class(arg) if private else idl_class(arg)
     sub, count = arg
     if fast_bytes:
         return bytes
+    element = _idl_field_type(sub, private=private)
     if kind == Nodetype.ARRAY:
-        return types.array[_idl_field_type(sub), count]
-    return types.sequence[_idl_field_type(sub), count] if count else types.sequence[_idl_field_type(sub)]
+        return types.array[element, count]
+    return types.sequence[element, count] if count else types.sequence[element]
 
 
-_XT_LOCK = threading.Lock()
+def _struct(type_name_: str, members: dict[str, Any]) -> type[IdlStruct]:
+    """A final IdlStruct with sequential member ids, as the ROS 2 DDS mapping declares messages."""
+    cls = make_idl_struct(type_name_.rsplit("::", 1)[1], type_name_, members)
+    annotations.final(cls)
+    annotations.autoid("sequential")(cls)
+    return cls
 
 
-@contextlib.contextmanager
-def _fastdds_element_flags() -> Iterator[None]:
-    """While active, cyclonedds' XTypes builder writes collection element flags as Fast DDS does (all clear).
+@functools.cache
+def _private_class(name: str) -> type[IdlStruct]:
+    """The type-information twin of message type ``name``: its layout, under names no other participant uses.
 
-    The builder reads ``xt.PlainCollectionHeader`` from its module globals (cyclonedds 11.0.1), so it gets a
-    stand-in module whose header ignores the element flags it is given.
+    Its type and member names carry `PRIVATE_SCOPE`, so the hashes of its type objects, complete and minimal, are
+    robolearn's own (see the module docstring). Its nested types are twins too.
     """
-    real_xt = _xt_builder.xt
-
-    def header(equiv_kind: int, element_flags: Any) -> Any:
-        return real_xt.PlainCollectionHeader(equiv_kind=equiv_kind, element_flags=real_xt.MemberFlag())
-
-    stand_in = pytypes.SimpleNamespace(**{k: getattr(real_xt, k) for k in dir(real_xt) if not k.startswith("__")})
-    stand_in.PlainCollectionHeader = header
-    with _XT_LOCK:
-        _xt_builder.xt = stand_in
-        try:
-            yield
-        finally:
-            _xt_builder.xt = real_xt
+    members = {f"{field}_{PRIVATE_SCOPE}": _idl_field_type(desc, private=True) for field, desc in fields(name)}
+    cls = _struct(f"{PRIVATE_SCOPE}::{dds_type_name(name)}", members)
+    cls.__idl__.fill_type_data()
+    return cls
 
 
 def _make(name: str, fast: tuple[str, ...]) -> type[IdlStruct]:
-    members = {field: _idl_field_type(desc, field in fast) for field, desc in fields(name)}
-    cls = make_idl_struct(dds_type_name(name).rsplit("::", 1)[1], dds_type_name(name), members)
-    annotations.final(cls)
-    annotations.autoid("sequential")(cls)
-    if not fast:  # the fast variant borrows its twin's type information (see `_idl_class`)
-        with _fastdds_element_flags():
-            cls.__idl__.fill_type_data()  # nested types are generated by `_make` too, so they are filled already
+    cls = _struct(dds_type_name(name), {field: _idl_field_type(desc, field in fast) for field, desc in fields(name)})
+    twin = _private_class(name).__idl__
+    cls.__idl__._xt_data = twin._xt_data  # private attributes of cyclonedds 11.0.1: see the module docstring
+    cls.__idl__._xt_bytedata = twin._xt_bytedata
     return cls
 
 
@@ -114,14 +107,7 @@ def _list_idl_class(name: str) -> type[IdlStruct]:
 @functools.cache
 def _idl_class(name: str) -> type[IdlStruct]:
     fast = FAST_BYTES_FIELDS.get(name, ())
-    if not fast:
-        return list_idl_class(name)
-    cls = _make(name, fast)
-    twin = list_idl_class(name).__idl__
-    twin.fill_type_data()
-    cls.__idl__._xt_data = twin._xt_data  # private in cyclonedds 11.0.1: see the module docstring
-    cls.__idl__._xt_bytedata = twin._xt_bytedata
-    return cls
+    return _make(name, fast) if fast else list_idl_class(name)
 
 
 def idl_class(msg_type: str | type | object) -> type[IdlStruct]:

@@ -6,18 +6,23 @@ representation, autodispose off, the ROS QoS profiles, the type hash in USER_DAT
 settings (network interface, peers) come from ``CYCLONEDDS_URI`` as for ROS; `LOOPBACK_CONFIG` keeps
 traffic on 127.0.0.1 for tests and a fake robot on one machine.
 
-Interop with ROS 2's default middleware (rmw_fastrtps_cpp, Fast DDS): Fast DDS matches endpoints on equal
-XTypes type identifiers, so `real.msgs.idl` builds type objects the way Fast DDS does, and every domain
-this transport opens adds `INTEROP_CONFIG` (Cyclone then accepts those type objects, its own and Fast
-DDS's) after the user's ``CYCLONEDDS_URI``. Tested against rclpy nodes on Fast DDS in both directions.
+Interop with both of ROS 2's DDS stacks at their defaults, rclpy nodes on Fast DDS (rmw_fastrtps_cpp) and Cyclone
+applications with their own ROS 2 types: the two build different XTypes type objects for the same .msg (Fast DDS
+leaves the try-construct bits of collection element flags unset), so no announced type information matches both.
+Readers and writers therefore announce none, as rmw_cyclonedds_cpp's do (`real.transport.dds_typeinfo`), and both
+stacks match them by topic and type name. Cyclone's TypeLookup service also answers requests Fast DDS nodes address
+to each other, from this process's type library; so that the answer is always empty (a partial one leaves the Fast
+DDS endpoint unmatched), the library holds only `real.msgs.idl`'s private type objects and, with `INTEROP_CONFIG`
+appended to the user's ``CYCLONEDDS_URI``, none of the type information other participants announce. Tested against
+both kinds of peer, in both directions, under the three QoS profiles (tests/real/test_real_ros2.py).
 
 Data path: messages are (de)serialized with rosbags and written and taken as raw CDR through cyclonedds'
 C layer (``ddspy_write`` / ``ddspy_take``, private in the pinned cyclonedds 11.0.1). Measured medians on
 this 2-core box, rosbags vs the generated IdlStruct (plus dataclass conversion): Twist serialize 4 vs 37 us,
 deserialize 5 vs 38 us; 640x480 rgb8 Image 0.08 vs 3 ms even with the IdlStruct's bytes fast path. The
-generated IdlStruct class (`real.msgs.idl`) still defines the topic's type name and XTypes type
-information, and its ``serialize()`` is tested byte-identical to what is sent here. Raw bytes are also what
-`subscribe_raw` hands to a recorder, without re-serializing.
+generated IdlStruct class (`real.msgs.idl`) still defines the topic's type name and the (private) XTypes type
+information Cyclone builds its serializer from, and its ``serialize()`` is tested byte-identical to what is
+sent here. Raw bytes are also what `subscribe_raw` hands to a recorder, without re-serializing.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from real.transport.base import (
     resolve_qos,
     ros_topic_name,
 )
+from real.transport.dds_typeinfo import create_endpoint, create_topic
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +69,14 @@ LOOPBACK_CONFIG = (
 """A ``CYCLONEDDS_URI`` value that keeps Cyclone on loopback (unicast discovery to 127.0.0.1)."""
 
 INTEROP_CONFIG = (
-    "<CycloneDDS><Domain Id='any'><Compatibility><AllowInvalidTryConstruct>true</AllowInvalidTryConstruct>"
-    "</Compatibility></Domain></CycloneDDS>"
+    "<CycloneDDS><Domain Id='any'><Compatibility><IgnoreTypeInformation>"
+    + ",".join(f"1.{vendor}" for vendor in range(2, 33))
+    + "</IgnoreTypeInformation></Compatibility></Domain></CycloneDDS>"
 )
-"""Appended to ``CYCLONEDDS_URI``: accept XTypes collection element flags without try-construct bits, as
-Fast DDS (and, to match it, `real.msgs.idl`) writes them."""
+"""Appended to ``CYCLONEDDS_URI``: ignore the XTypes type information other participants announce (Cyclone 11 takes
+vendor ids 1.2 to 1.32: every vendor but RTI, 1.1). Matching is by type name anyway (`real.transport.dds_typeinfo`);
+this keeps other stacks' type objects out of this process's type library, whose TypeLookup service would otherwise
+hand parts of them to Fast DDS participants asking another participant (see the module docstring)."""
 
 _TAKE_BATCH = 32
 _ANY_STATE = SampleState.Any | ViewState.Any | InstanceState.Any
@@ -170,12 +179,13 @@ class _DdsSubscription(Subscription):
         # parallel and deliver them out of order. Re-entrant: a callback may publish to its own topic.
         self._drain_lock = threading.RLock()
         self.reader: DataReader | None = None
-        self.reader = DataReader(
+        dds_topic = transport.dds_topic(topic, msg_type)
+        self.reader = create_endpoint(dds_topic, lambda: DataReader(
             transport.participant,
-            transport.dds_topic(topic, msg_type),
+            dds_topic,
             qos=dds_qos(qos, writer=False, msg_type=msg_type),
             listener=Listener(on_data_available=lambda _reader: self.drain()),
-        )
+        ))
         self.drain()  # samples that arrived while the reader was being created (e.g. TRANSIENT_LOCAL history)
 
     def drain(self) -> None:
@@ -242,7 +252,7 @@ class DdsTransport(Transport):
             if self.closed:
                 raise RuntimeError("transport is closed")
             if topic not in self._topics:
-                self._topics[topic] = (msg_type, Topic(self.participant, "rt" + topic, idl_class(msg_type)))
+                self._topics[topic] = (msg_type, create_topic(self.participant, "rt" + topic, idl_class(msg_type)))
             have, dds_topic = self._topics[topic]
         if have != msg_type:
             raise TypeError(f"topic {topic} carries {have}, not {msg_type}")
@@ -250,7 +260,9 @@ class DdsTransport(Transport):
 
     def publisher(self, topic: str, msg_type: str | type, qos: QoS | str | None = None) -> Publisher:
         topic, name, qos = ros_topic_name(topic), msgs.type_name(msg_type), resolve_qos(qos)
-        writer = DataWriter(self.participant, self.dds_topic(topic, name), qos=dds_qos(qos, writer=True, msg_type=name))
+        dds_topic = self.dds_topic(topic, name)
+        writer = create_endpoint(
+            dds_topic, lambda: DataWriter(self.participant, dds_topic, qos=dds_qos(qos, writer=True, msg_type=name)))
         with self._lock:
             self._writers.append(writer)
         return _DdsPublisher(self, writer, topic, name, qos)

@@ -76,6 +76,27 @@ def test_image_fast_path_shares_type_information_with_list_twin():
     np.testing.assert_array_equal(msgs.image_to_array(from_idl(twin.deserialize(data))), pixels)
 
 
+def type_ids(cls: type[IdlStruct]) -> set[bytes]:
+    """The serialized XTypes identifiers, minimal and complete, of a class's type and every type it uses."""
+    info, mapping = cls.__idl__.get_type_info(), cls.__idl__.get_type_mapping()
+    ids = [info.minimal.typeid_with_size.type_id, info.complete.typeid_with_size.type_id]
+    ids += [pair.type_identifier for pair in
+            mapping.identifier_object_pair_minimal + mapping.identifier_object_pair_complete]
+    return {type_id.serialize(use_version_2=True) for type_id in ids}
+
+
+def test_type_objects_are_private():
+    """The type objects behind the wire classes share no identifier with those any other participant builds for ROS
+    types (here: a default cyclonedds application's, equal to Fast DDS's for types without collections, e.g. Header):
+    Cyclone's TypeLookup service then has nothing to answer other participants with (docs/real-robots.md)."""
+    from benchmarks.peers.cyclone_app import idl_class as default_idl_class
+
+    for msg_type in (t for t in msgs.USED_TYPES if t != msgs.ACKERMANN_DRIVE_STAMPED):  # not in the app's type store
+        ours, default = type_ids(idl_class(msg_type)), type_ids(default_idl_class(msg_type))
+        assert len(ours) == len(default) >= 2 and not ours & default, msg_type
+        assert idl_class(msg_type).__idl_typename__ == default_idl_class(msg_type).__idl_typename__
+
+
 def test_plain_bytes_member_has_no_type_information():
     """Why the twin is needed: cyclonedds cannot describe a bare `bytes` member in XTypes."""
     cls = make_idl_struct("Blob_", "test::msg::dds_::Blob_", {"data": bytes})

@@ -338,24 +338,30 @@ def test_dds_latched_topic(dds):
 
 
 def test_dds_names_seen_by_ros_graph(dds):
-    """What `ros2 topic list -t` (via DCPSPublication) would see: rmw_cyclonedds' names and our QoS."""
-    from cyclonedds.builtin import BuiltinDataReader, BuiltinTopicDcpsPublication
+    """What `ros2 topic list -t` (via DCPSPublication) would see: rmw_cyclonedds' names and our QoS, and, as from
+    rmw_cyclonedds, no XTypes type identifier on any endpoint (peers match them by type name)."""
+    from cyclonedds.builtin import BuiltinDataReader, BuiltinTopicDcpsPublication, BuiltinTopicDcpsSubscription
     from cyclonedds.core import Policy
     from cyclonedds.domain import DomainParticipant
 
     transport = dds()
     transport.publisher("/cmd_vel", msgs.TWIST)
     transport.publisher("/drive", msgs.ACKERMANN_DRIVE_STAMPED, SENSOR_DATA)
+    transport.subscribe("/odom", msgs.ODOMETRY, lambda m, t: None)
     spy = DomainParticipant(transport.domain_id)
     reader = BuiltinDataReader(spy, BuiltinTopicDcpsPublication)
+    sub_reader = BuiltinDataReader(spy, BuiltinTopicDcpsSubscription)
     seen = {}
 
     def collect():
-        seen.update({s.topic_name: s for s in reader.take(N=64) if hasattr(s, "topic_name")})
-        return {"rt/cmd_vel", "rt/drive"} <= set(seen)
+        for r in (reader, sub_reader):
+            seen.update({s.topic_name: s for s in r.take(N=64) if hasattr(s, "topic_name")})
+        return {"rt/cmd_vel", "rt/drive", "rt/odom"} <= set(seen)
 
     assert wait_until(collect)
     cmd_vel, drive = seen["rt/cmd_vel"], seen["rt/drive"]
+    assert [seen[t].type_id for t in ("rt/cmd_vel", "rt/drive", "rt/odom")] == [None, None, None]
+    assert seen["rt/odom"].type_name == "nav_msgs::msg::dds_::Odometry_"
     assert cmd_vel.type_name == "geometry_msgs::msg::dds_::Twist_"
     assert drive.type_name == "ackermann_msgs::msg::dds_::AckermannDriveStamped_"
     assert cmd_vel.qos[Policy.Reliability].__class__ is Policy.Reliability.Reliable
@@ -366,6 +372,7 @@ def test_dds_names_seen_by_ros_graph(dds):
     twist_hash = "RIHS01_9c45bf16fe0983d80e3cfe750d6835843d265a9a6c46bd2e609fcddde6fb8d2a"  # ROS 2's, for Twist
     assert cmd_vel.qos[Policy.Userdata].data == f"typehash={twist_hash};".encode()
     reader.__del__()
+    sub_reader.__del__()
     spy.__del__()
 
 
