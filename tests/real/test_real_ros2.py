@@ -4,8 +4,9 @@ plain Cyclone DDS application with its own ROS 2 types.
 tests/real/ros2_peer.py is that node (rclpy and the generated message classes only). These tests show that
 robolearn's two network transports, ``dds`` (Cyclone DDS speaking the ROS 2 mapping) and ``rclpy``, talk to it.
 tests/real/cyclone_peer.py is a Cyclone application (cyclonedds with default settings, types generated from the
-rosbags store, nothing of robolearn's). It is out of the matrix while robolearn announces Fast DDS's type objects,
-which a default Cyclone rejects (docs/real-robots.md: the mixed type information was backed out).
+rosbags store, nothing of robolearn's); the interop matrix runs against both. The matrix and the CLI test also check
+that no process logged a DDS stack refusing type information (Cyclone's "invalid type object", Fast DDS's
+"Inconsistent TypeObject").
 
 - the fake RC car's /odom and /imu reach it, it drives the car with geometry_msgs/Twist, it receives the deploy
   runner's commands, and its std_msgs/Bool e-stop stops the runner (in-process car and runner, both transports);
@@ -59,6 +60,7 @@ EXPECTED_QOS = {  # the profile -> (reliability, durability) the ROS graph must 
     "latched": ("RELIABLE", "TRANSIENT_LOCAL"),
 }
 DEMO_POLICY = "sim.tasks.rc_car_control:demo_lap_policy"
+TYPE_ERRORS = ("invalid type object", "Inconsistent TypeObject")  # Cyclone's and Fast DDS's type registries refusing
 
 
 # --- fixtures and helpers ------------------------------------------------------------------------------------
@@ -122,6 +124,11 @@ class Ros2Peer:
         text = self.stderr.read()[-3000:]
         return f"\n--- peer stderr ---\n{text}" if text else ""
 
+    def type_errors(self) -> list[str]:
+        """The lines of the peer's stderr so far where its DDS stack refused type information."""
+        self.stderr.seek(0)
+        return type_errors(self.stderr.read())
+
     def call(self, op: str, timeout: float = 20.0, **args: Any) -> dict[str, Any]:
         self.proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
         self.proc.stdin.flush()
@@ -168,6 +175,11 @@ class Ros2Peer:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
             self.stderr.close()
+
+
+def type_errors(text: str) -> list[str]:
+    """The lines of a log where a DDS stack refused type information (`TYPE_ERRORS`)."""
+    return [line for line in text.splitlines() if any(error in line for error in TYPE_ERRORS)]
 
 
 def plain(value: Any) -> Any:
@@ -249,11 +261,12 @@ def running(run: Callable[..., Any], stop: Callable[[], None], **kwargs: Any) ->
 # --- the interop matrix ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind, peer_kind", [("dds", "fastdds"), ("rclpy", "fastdds")])
-def test_every_message_type_both_ways_with_each_qos_profile(kind: str, peer_kind: str, ros_env: dict[str, str]
-                                                            ) -> None:
+@pytest.mark.parametrize("kind, peer_kind", [("dds", "fastdds"), ("rclpy", "fastdds"), ("dds", "cyclone")])
+def test_every_message_type_both_ways_with_each_qos_profile(kind: str, peer_kind: str, ros_env: dict[str, str],
+                                                            capfd: pytest.CaptureFixture[str]) -> None:
     """All wire types x {sensor_data, default, latched} x {robolearn -> ROS 2, ROS 2 -> robolearn}, in one batch,
-    against the rclpy node on Fast DDS (`peer_kind` "cyclone" runs tests/real/cyclone_peer.py instead).
+    against the rclpy node on Fast DDS, and (`peer_kind` "cyclone") the default-configured Cyclone application
+    tests/real/cyclone_peer.py. Neither side's DDS stack may log a refused type object.
 
     Volatile topics are published every 50 ms until they arrive (a best-effort or reliable sample written before
     discovery matched is not delivered). Latched topics get an older message and then the sample before the other
@@ -320,6 +333,7 @@ def test_every_message_type_both_ways_with_each_qos_profile(kind: str, peer_kind
                 assert len(got[name]) == 1, f"{name}: the late joiner got {len(got[name])} messages"
             assert_same(plain(got[name][-1]), plain(sample[msg_type]), name)
         assert all(sub.publisher_count() >= 1 for sub in subscriptions)
+        assert not peer.type_errors() and not type_errors(capfd.readouterr().err), (peer.type_errors(), peer.log())
         if peer_kind == "cyclone":
             return  # a plain DDS application has no ROS graph
 
@@ -535,6 +549,8 @@ def test_cli_fake_robot_on_rclpy_and_deploy_on_dds_with_a_ros2_node(ros_env: dic
             peer.received("/cmd", reset=True)
             assert wait_until(lambda: peer.count("/cmd") >= 6, 10, interval=0.05)  # 20 Hz
             assert_stopped([m["twist"] for m in peer.received("/cmd")["/cmd"]["messages"]], min_zeros=6, in_flight=0)
+            log.flush()
+            assert not peer.type_errors() and not type_errors(log_path.read_text()), peer.type_errors()
         except AssertionError as e:
             log.flush()
             raise AssertionError(f"{e}\n--- CLI output ---\n{log_path.read_text()[-4000:]}") from None
