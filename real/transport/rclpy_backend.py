@@ -196,7 +196,7 @@ class RclpyTransport(Transport):
         if self.closed:
             return
         self.closed = True
-        self.executor.shutdown()
+        self.executor.shutdown(timeout_sec=2.0)  # bounded, as the join below: a close never hangs the process
         self._thread.join(timeout=2.0)
         self.node.destroy_node()
         self.context.try_shutdown()

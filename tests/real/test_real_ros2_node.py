@@ -19,6 +19,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -92,17 +93,24 @@ def test_the_estop_and_loop_stats_topics_are_the_documented_ones() -> None:
         assert (cfg["estop"]["topic"], cfg["stats"]["topic"]) == (ESTOP_TOPIC, STATS_TOPIC), robot
 
 
-def stop_all(procs: dict[str, subprocess.Popen]) -> dict[str, int]:
-    """SIGINT to each process at once (what ``ros2 launch`` sends on Ctrl-C), SIGKILL after 10 s; the exit codes."""
+def stop_all(procs: dict[str, subprocess.Popen], grace: float = 30.0) -> dict[str, int]:
+    """SIGINT to each process at once (what ``ros2 launch`` sends on Ctrl-C); the exit codes. One still running after
+    `grace` s gets SIGABRT, on which Python's faulthandler (PYTHONFAULTHANDLER, set by the test) writes every thread's
+    stack to the launch log, and then SIGKILL."""
     for proc in procs.values():
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + grace
     for proc in procs.values():
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+            proc.send_signal(signal.SIGABRT)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
     return {name: proc.returncode for name, proc in procs.items()}
 
 
@@ -131,7 +139,8 @@ def test_launch_commands_run_a_deployer_node_with_parameters_and_a_recorder(
         peer.subscribe(STATS_TOPIC, msgs.FLOAT32_MULTI_ARRAY, "default", keep=5)
         peer.publish("/odom", msgs.ODOMETRY, plain(sample[msgs.ODOMETRY]), "sensor_data", rate_hz=50)
         peer.publish("/imu", msgs.IMU, plain(sample[msgs.IMU]), "sensor_data", rate_hz=50)
-        procs = {name: subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=ros_env, text=True)
+        procs = {name: subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True,
+                                      env={**ros_env, "PYTHONFAULTHANDLER": "1"})
                  for name, cmd in argv.items()}
         try:
             # (a) the node's parameters, through ROS 2's standard parameter services
