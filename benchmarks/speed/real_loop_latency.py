@@ -85,8 +85,7 @@ ROWS = {
                               "Cyclone DDS <-> plain Cyclone DDS application (own types, default settings)"),
     "dds_twist_stamped": Row("dds", "dds", "twist_stamped", "Cyclone DDS <-> Cyclone DDS, TwistStamped commands"),
 }
-DEFAULT_ROWS = ("dds", "dds_to_rclpy_peer", "rclpy")  # dds_to_cyclone_app: only with the mixed type information
-#                                                     (backed out, see docs/real-robots.md): rows=[...] names it
+DEFAULT_ROWS = ("dds", "dds_to_rclpy_peer", "rclpy", "dds_to_cyclone_app")
 CYCLONE_CAR = Path(__file__).resolve().parents[1] / "peers" / "cyclone_car.py"
 # command type -> (runner overrides, fake robot arguments)
 COMMANDS = {
