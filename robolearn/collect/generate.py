@@ -116,6 +116,7 @@ class CollectConfig:
     pixels: PixelsConfig = dataclasses.field(default_factory=lambda: PixelsConfig())
     progress: bool = True
     suite: str | None = None        # a suite of datasets (configs/dataset/<suite>.yaml or a path): see collect_suite
+    tasks: list[str] | None = None  # suite=: only these of its tasks (null: all); a later run completes the rest
     behaviour: str | None = None    # a run trained with runner.snapshot_every: build its behaviour folder at out=
     #                                 (default benchmarks/behaviour/<task>-<algo>; robolearn.collect.behaviour)
     medium_score: float = MEDIUM_SCORE  # behaviour=: the normalised score (sampled) the medium snapshot reaches first

@@ -132,6 +132,12 @@ def load_suite(name: str) -> tuple[str, dict[str, Any], list[TaskSuite]]:
 def run_suite(cfg: CollectConfig) -> Path:
     """Generate every dataset of suite `cfg.suite` under `cfg.out` (default data/<suite>); returns that folder."""
     name, settings, tasks = load_suite(cfg.suite)
+    if cfg.tasks is not None:
+        unknown = sorted(set(cfg.tasks) - {t.task for t in tasks})
+        if unknown:
+            raise ConfigError(f"collect tasks={unknown} are not in suite {name} (its tasks: "
+                              f"{', '.join(t.task for t in tasks)})")
+        tasks = [t for t in tasks if t.task in cfg.tasks]
     out = Path(cfg.out or f"data/{name}")
     out.mkdir(parents=True, exist_ok=True)
     record_path = out / "suite.json"

@@ -121,3 +121,17 @@ def test_suite_errors(tmp_path):
     name, settings, tasks = load_suite("d4rl-like")
     assert name == "d4rl-like" and {t.task for t in tasks} >= {"cheetah-run", "walker-walk", "ant-velocity",
                                                                 "arm-pick-place", "point-maze-large", "ant-maze-large"}
+
+
+def test_tasks_picks_part_of_a_suite_and_names_unknown_ones(tmp_path, capsys):
+    """`tasks=[...]` collects only those tasks of the suite (no training run for the others); an unknown task is an
+    error that lists the suite's tasks."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text(SUITE)
+    out = tmp_path / "data"
+    assert main(["collect", f"suite={path}", f"out={out}", "tasks=[point-maze-umaze]", "progress=false"]) == 0
+    record = json.loads((out / "suite.json").read_text())
+    assert set(record["datasets"]) == {"point-maze-umaze-expert-v0", "point-maze-umaze-play-v0"}
+    assert not (out / "_train").exists()
+    assert main(["collect", f"suite={path}", f"out={out}", "tasks=[walker]", "progress=false"]) != 0
+    assert "collect tasks=['walker'] are not in suite tiny (its tasks: point-maze-umaze, " in capsys.readouterr().err
