@@ -106,8 +106,10 @@ class TaskSuite:
                               f"that need no training ({[k for k in self.kinds if k not in TRAINED_KINDS]})")
 
 
-def load_suite(name: str) -> tuple[str, dict[str, Any], list[TaskSuite]]:
-    """The suite `name` (configs/dataset/<name>.yaml, or a YAML path): its name, settings and tasks."""
+def load_suite(name: str, only: list[str] | None = None) -> tuple[str, dict[str, Any], list[TaskSuite]]:
+    """The suite `name` (configs/dataset/<name>.yaml, or a YAML path): its name, settings and tasks (`only` these,
+    when given: the others are not checked, so a suite can be collected while some of its behaviour folders are
+    still being made)."""
     path = Path(name)
     if not path.suffix:
         path = config_dir() / "dataset" / f"{name}.yaml"
@@ -116,8 +118,14 @@ def load_suite(name: str) -> tuple[str, dict[str, Any], list[TaskSuite]]:
         raise ConfigError(f"no dataset suite {name!r} ({path}); suites: {known}")
     try:
         raw = yaml.safe_load(path.read_text()) or {}
+        entries = raw.get("tasks") or {}
+        unknown = sorted(set(only or ()) - set(entries))
+        if unknown:
+            raise ConfigError(f"collect tasks={unknown} are not in suite {path.stem} (its tasks: {', '.join(entries)})")
         tasks = []
-        for task, entry in (raw.get("tasks") or {}).items():
+        for task, entry in entries.items():
+            if only is not None and task not in only:
+                continue
             entry = dict(entry)
             train = entry.pop("train", None)
             tasks.append(TaskSuite(task=task, train=TrainSpec(**train) if train else None, **entry))
@@ -131,13 +139,7 @@ def load_suite(name: str) -> tuple[str, dict[str, Any], list[TaskSuite]]:
 
 def run_suite(cfg: CollectConfig) -> Path:
     """Generate every dataset of suite `cfg.suite` under `cfg.out` (default data/<suite>); returns that folder."""
-    name, settings, tasks = load_suite(cfg.suite)
-    if cfg.tasks is not None:
-        unknown = sorted(set(cfg.tasks) - {t.task for t in tasks})
-        if unknown:
-            raise ConfigError(f"collect tasks={unknown} are not in suite {name} (its tasks: "
-                              f"{', '.join(t.task for t in tasks)})")
-        tasks = [t for t in tasks if t.task in cfg.tasks]
+    name, settings, tasks = load_suite(cfg.suite, only=cfg.tasks)
     out = Path(cfg.out or f"data/{name}")
     out.mkdir(parents=True, exist_ok=True)
     record_path = out / "suite.json"

@@ -152,6 +152,9 @@ def test_missing_behaviour_folder_says_how_to_make_it(tmp_path):
                                           r"\1-v5-sac does not exist .*robolearn train env=\1-v5 "
                                           r"algo=sac .*runner.snapshot_every=.*robolearn collect behaviour="):
         load_suite("mujoco-v5")
+    # the tasks whose folders are committed load on their own (collect ... tasks=[...]), the others unchecked
+    _, _, tasks = load_suite("mujoco-v5", only=["halfcheetah-v5", "hopper-v5"])
+    assert [t.task for t in tasks] == ["halfcheetah-v5", "hopper-v5"]
     bad = tmp_path / "bad.yaml"
     bad.write_text(f"tasks:\n  pendulum-swingup:\n    kinds: [medium]\n    behaviour: {tmp_path}\n"
                    "    train: {iterations: 1}\n")
