@@ -84,6 +84,8 @@ class BenchConfig:
     #                                 null: $RAY_ADDRESS, else start one here
     ray_retries: int = RAY_RETRIES  # backend=ray: re-runs of a cell whose node or worker died (Ray's max_retries)
     report_only: bool = False       # only write the report from <out>/cells (also `robolearn bench report`)
+    algos: list[str] | None = None  # only these of the suite's algorithms (null: all); a later run does the rest
+    datasets: list[str] | None = None  # only these of its datasets (null: all)
     pack_seeds: bool = False        # offline train cells that differ only by seed run as one seed-batched process
     #                                 (`robolearn train seeds=[...]`): <out>/runs/<algo>__<dataset>/seed<k>/
     reps: int = 50000               # bootstrap resamples for the confidence intervals (rliable's default)
@@ -120,6 +122,21 @@ class Suite:
     overrides: list[str] = dataclasses.field(default_factory=list)
     description: str = ""
     command: str = "train"          # what a cell runs: `robolearn train`, or `robolearn finetune` (O2O: both phases)
+
+    def only(self, algos: Sequence[str] | None, datasets: Sequence[str] | None) -> Suite:
+        """This suite with only the named algorithms and datasets (None: all); an unknown name is a ConfigError."""
+        picked = {}
+        for kind, names in (("algos", algos), ("datasets", datasets)):
+            entries = getattr(self, kind)
+            if names is None:
+                picked[kind] = entries
+                continue
+            unknown = sorted(set(names) - {e.name for e in entries})
+            if unknown:
+                raise ConfigError(f"bench {kind}={unknown}: not in the suite (its {kind}: "
+                                  f"{', '.join(e.name for e in entries)})")
+            picked[kind] = [e for e in entries if e.name in names]
+        return dataclasses.replace(self, **picked)
 
 
 def suite_path(suite: str) -> Path:
@@ -255,7 +272,7 @@ def run_suite(cfg: BenchConfig) -> Path:
     if cfg.suite is None:
         raise ConfigError("which suite? suite=<name in configs/bench/ or a YAML file>")
     path = suite_path(cfg.suite)
-    suite = load_suite(path)
+    suite = load_suite(path).only(cfg.algos, cfg.datasets)
     out = Path(cfg.out or f"bench/{path.stem}")
     cells = plan(suite, out, cfg.overrides, cfg.pack_seeds)
     (out / "cells").mkdir(parents=True, exist_ok=True)

@@ -223,6 +223,13 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
                                                                   "dataset=mujoco-v5/hopper-v5-medium-replay"]
     assert "runner.normalize_reward=true" in args[("cql", "hopper-v5-medium")]
     assert not any("normalize_reward" in a for a in args[("cql", "hopper-v5-medium-replay")])
+    # algos= / datasets= run part of a suite (the rest later, into the same folder); unknown names are errors
+    part = v5.only(["bc", "iql"], ["hopper-v5-medium"])
+    assert {(c.algo, c.dataset) for c in plan(part, tmp_path / "v5")} == {("bc", "hopper-v5-medium"),
+                                                                         ("iql", "hopper-v5-medium")}
+    assert v5.only(None, None) == v5
+    with pytest.raises(ConfigError, match=r"bench algos=\['sac'\]: not in the suite \(its algos: bc, td3_bc"):
+        v5.only(["sac"], None)
     (tmp_path / "per.yaml").write_text("algos: [{name: a, per_dataset: {e: [x=1]}}]\ndatasets: [{name: d}]\n")
     with pytest.raises(ConfigError, match=r"per_dataset of a names datasets \['e'\]"):
         load_suite(tmp_path / "per.yaml")
