@@ -23,36 +23,43 @@ def _rollout(env, steps: int, seed: int = 0):
     return torch.stack(obs), torch.stack(rews)
 
 
-def _pure_rollout(name: str, backend: str, steps: int):
-    """Unbatched Env.reset/step, vmapped and jitted, without auto-reset: the physics and task math only
-    (compiles much faster on MJX than the full VecEnv step, which also carries the reset path).
+def _pure_rollouts(name: str, steps: int):
+    """Unbatched Env.reset/step on both backends, vmapped and jitted, without auto-reset: the physics and task math
+    only (compiles much faster on MJX than the full VecEnv step, which also carries the reset path). Returns the
+    observations and rewards of the C backend's rollout and of MJX's.
 
-    On MJX the reset skips `mjx.forward`: compiling it costs as much as compiling the step, whose
-    first call runs the same forward pass, so the comparison starts at the first step's observation
-    (the MJX reset path itself is covered by the VecEnv tests below)."""
+    Both start from the C backend's reset (4 envs): MJX takes its qpos and qvel into fresh `mjx.Data`, and the rest of
+    the state (info, metrics), which the task's JAX code computed from the same keys on either backend. That skips
+    compiling MJX's reset (the task's init again, 1-5 s a task) and its `mjx.forward` (as much as the step, whose
+    first call runs the same forward pass), so the comparison starts at the first step's observation (the MJX reset
+    path itself is covered by the VecEnv tests below)."""
     import jax
 
     from sim.env import Env
 
     task = sim.make_task(name)
-    phys = sim.make_backend(task, backend)
-    if backend == "mjx":
-        def init_data(qpos, qvel, active=None, params=None, env_id=None):
-            data = phys.mjx.make_data(phys._model(params))
-            return data.replace(qpos=qpos.astype(data.qpos.dtype), qvel=qvel.astype(data.qvel.dtype))
+    c = Env(task, sim.make_backend(task, "mujoco"))
+    phys = sim.make_backend(task, "mjx")
+    x = Env(task, phys)
 
-        phys.init_data = init_data
-    env = Env(task, phys)
-    state = jax.jit(env.batched_reset)(jax.random.split(jax.random.PRNGKey(7), 4))
-    step = jax.jit(jax.vmap(env.step))
-    gen = torch.Generator().manual_seed(0)
-    obs, rews = [], []
-    for _ in range(steps):
-        act = (torch.rand(4, task.num_actions, generator=gen) * 2 - 1).numpy()
-        state = step(state, jnp.asarray(act))
-        obs.append(np.asarray(state.obs["policy"]))
-        rews.append(np.asarray(state.reward))
-    return torch.from_numpy(np.stack(obs)), torch.from_numpy(np.stack(rews))
+    def to_mjx(state):
+        blank = phys.mjx.make_data(phys.model)
+        data = jax.vmap(lambda q, v: blank.replace(qpos=q.astype(blank.qpos.dtype), qvel=v.astype(blank.qvel.dtype)))
+        return state.replace(data=data(state.data.qpos, state.data.qvel))
+
+    start = jax.jit(c.batched_reset)(jax.random.split(jax.random.PRNGKey(7), 4))
+    out = []
+    for env, state in ((c, start), (x, jax.jit(to_mjx)(start))):
+        step = jax.jit(jax.vmap(env.step))
+        gen = torch.Generator().manual_seed(0)
+        obs, rews = [], []
+        for _ in range(steps):
+            act = (torch.rand(4, task.num_actions, generator=gen) * 2 - 1).numpy()
+            state = step(state, jnp.asarray(act))
+            obs.append(np.asarray(state.obs["policy"]))
+            rews.append(np.asarray(state.reward))
+        out.append((torch.from_numpy(np.stack(obs)), torch.from_numpy(np.stack(rews))))
+    return out
 
 
 # Tasks that run another task's model and physics with other JAX reward / observation / reset code (which runs
@@ -74,8 +81,7 @@ def test_backends_agree(name):
     (plus 1e-3 relative: a crashed quadrotor keeps tumbling here, and float32 drifts on large rates),
     over the task's `equivalence_steps` (fewer on chaotic tasks, where float32 round-off alone diverges)."""
     steps = sim.task_spec(name).equivalence_steps
-    oa, ra = _pure_rollout(name, "mujoco", steps)
-    ob, rb = _pure_rollout(name, "mjx", steps)
+    (oa, ra), (ob, rb) = _pure_rollouts(name, steps)
     torch.testing.assert_close(oa, ob, atol=1e-4, rtol=1e-3)
     torch.testing.assert_close(ra, rb, atol=1e-4, rtol=1e-3)
 
