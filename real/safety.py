@@ -351,13 +351,18 @@ def zero_on_exit(
     re-raise.
 
     In the main thread SIGTERM and SIGHUP (an ssh session dropping) are turned into ``SystemExit`` for the
-    duration of the block (their default handlers would kill the process without running this cleanup), and
+    duration of the block (their default handlers would kill the process without running this cleanup), Ctrl-C
+    raises ``KeyboardInterrupt`` even where the process inherited it ignored, and
     all three signals are ignored while the zeros go out (see `publish_zero`); the previous handlers are
     restored afterwards.
     """
     main_thread = threading.current_thread() is threading.main_thread()
     exits = (signal.SIGTERM, signal.SIGHUP)
     previous = {sig: signal.signal(sig, _raise_system_exit) for sig in exits} if main_thread else {}
+    if main_thread and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # Started with Ctrl-C ignored (inherited: a background job of a non-interactive shell, or a parent that
+        # ignored it for a moment), Python raises no KeyboardInterrupt, and `ros2 launch`'s SIGINT would be lost.
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:

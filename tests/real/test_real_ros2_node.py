@@ -139,8 +139,10 @@ def test_launch_commands_run_a_deployer_node_with_parameters_and_a_recorder(
         peer.subscribe(STATS_TOPIC, msgs.FLOAT32_MULTI_ARRAY, "default", keep=5)
         peer.publish("/odom", msgs.ODOMETRY, plain(sample[msgs.ODOMETRY]), "sensor_data", rate_hz=50)
         peer.publish("/imu", msgs.IMU, plain(sample[msgs.IMU]), "sensor_data", rate_hz=50)
-        procs = {name: subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True,
-                                      env={**ros_env, "PYTHONFAULTHANDLER": "1"})
+        # each started with Ctrl-C ignored, as a background job of a non-interactive shell is: SIGINT must stop them
+        procs = {name: subprocess.Popen(["sh", "-c", 'trap "" INT; exec "$@"', "sh", *cmd], stdout=log,
+                                        stderr=subprocess.STDOUT, text=True,
+                                        env={**ros_env, "PYTHONFAULTHANDLER": "1"})
                  for name, cmd in argv.items()}
         try:
             # (a) the node's parameters, through ROS 2's standard parameter services
