@@ -82,3 +82,22 @@ def bc_fit_error(policy: torch.nn.Module, draw_time, steps: int) -> float:
     obs = torch.rand(256, 2, generator=gen) * 2 - 1
     with torch.no_grad():
         return float((policy(obs) - chunk_target(obs)).abs().mean())
+
+
+# --- shared helpers for the sim/ tests ------------------------------------------------------------------
+
+
+def mjx_from_c_reset(phys):
+    """A jitted function that moves a batched state of the C backend's reset onto MJX backend `phys`: its qpos and
+    qvel in fresh `mjx.Data`, the rest (info, metrics) as the task's JAX code computed it from the same keys.
+
+    Starting MJX there skips compiling MJX's reset (the task's init again) and its `mjx.forward` (as costly to
+    compile as the step, whose first call runs the same forward pass): MJX-vs-C comparisons start at step 1."""
+    import jax
+
+    def to_mjx(state):
+        blank = phys.mjx.make_data(phys.model)
+        data = jax.vmap(lambda q, v: blank.replace(qpos=q.astype(blank.qpos.dtype), qvel=v.astype(blank.qvel.dtype)))
+        return state.replace(data=data(state.data.qpos, state.data.qvel))
+
+    return jax.jit(to_mjx)

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import mjx_from_c_reset
 
 import sim
 from sim.env import Env
@@ -326,22 +327,14 @@ def test_random_policy_returns_agree(name, n, overrides):
 # --- 2. MJX ----------------------------------------------------------------------------------------------------
 def _both_backends(name: str, n: int = 4):
     """Our task on the C backend and on MJX (float32) over `n` envs from the same keys: both initial states and
-    jitted batched steps. MJX starts from the C backend's reset: its qpos and qvel in fresh `mjx.Data`, the rest of
-    the state as the task's JAX code computed it from the same keys (as tests/sim/test_sim_env.py's rollouts: no
-    second compile of the reset, and no `mjx.forward`, which costs as much to compile as the step, whose first call
-    runs the same forward pass), so comparisons start at step 1."""
+    jitted batched steps. MJX starts from the C backend's reset (`conftest.mjx_from_c_reset`), so comparisons start at
+    step 1."""
     task = sim.make_task(name)
     c = Env(task, sim.make_backend(task, "mujoco", nthread=1))
     phys = sim.make_backend(task, "mjx")
     x = Env(task, phys)
-
-    def to_mjx(state):
-        blank = phys.mjx.make_data(phys.model)
-        data = jax.vmap(lambda q, v: blank.replace(qpos=q.astype(blank.qpos.dtype), qvel=v.astype(blank.qvel.dtype)))
-        return state.replace(data=data(state.data.qpos, state.data.qvel))
-
     sc = jax.jit(c.batched_reset)(jax.random.split(jax.random.PRNGKey(7), n))
-    return task, sc, jax.jit(to_mjx)(sc), jax.jit(jax.vmap(c.step)), jax.jit(jax.vmap(x.step))
+    return task, sc, mjx_from_c_reset(phys)(sc), jax.jit(jax.vmap(c.step)), jax.jit(jax.vmap(x.step))
 
 
 def _obs_error(a, b) -> np.ndarray:

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from conftest import mjx_from_c_reset
 
 import sim
 
@@ -28,11 +29,9 @@ def _pure_rollouts(name: str, steps: int):
     only (compiles much faster on MJX than the full VecEnv step, which also carries the reset path). Returns the
     observations and rewards of the C backend's rollout and of MJX's.
 
-    Both start from the C backend's reset (4 envs): MJX takes its qpos and qvel into fresh `mjx.Data`, and the rest of
-    the state (info, metrics), which the task's JAX code computed from the same keys on either backend. That skips
-    compiling MJX's reset (the task's init again, 1-5 s a task) and its `mjx.forward` (as much as the step, whose
-    first call runs the same forward pass), so the comparison starts at the first step's observation (the MJX reset
-    path itself is covered by the VecEnv tests below)."""
+    Both start from the C backend's reset (4 envs; `conftest.mjx_from_c_reset`, which saves compiling MJX's reset, 1-5
+    s a task), so the comparison starts at the first step's observation (the MJX reset path itself is covered by the
+    VecEnv tests below)."""
     import jax
 
     from sim.env import Env
@@ -42,14 +41,9 @@ def _pure_rollouts(name: str, steps: int):
     phys = sim.make_backend(task, "mjx")
     x = Env(task, phys)
 
-    def to_mjx(state):
-        blank = phys.mjx.make_data(phys.model)
-        data = jax.vmap(lambda q, v: blank.replace(qpos=q.astype(blank.qpos.dtype), qvel=v.astype(blank.qvel.dtype)))
-        return state.replace(data=data(state.data.qpos, state.data.qvel))
-
     start = jax.jit(c.batched_reset)(jax.random.split(jax.random.PRNGKey(7), 4))
     out = []
-    for env, state in ((c, start), (x, jax.jit(to_mjx)(start))):
+    for env, state in ((c, start), (x, mjx_from_c_reset(phys)(start))):
         step = jax.jit(jax.vmap(env.step))
         gen = torch.Generator().manual_seed(0)
         obs, rews = [], []
