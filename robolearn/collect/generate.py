@@ -96,7 +96,7 @@ class CollectConfig:
 
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)  # env=<task>; env.num_envs envs step together
     kind: str = "random"            # random | medium | expert | medium-expert | medium-replay | full-replay
-    #                                 | diverse | play (mazes) | waypoint (pointmaze-*)
+    #                                 | diverse | play (mazes) | waypoint (pointmaze-*, antmaze-*)
     episodes: int = 100             # whole episodes to keep (per policy for medium-expert: half each)
     steps: int = 1_000_000          # waypoint: env steps to record (Minari's 1M), split into episodes at the goals
     policy: str | None = None       # checkpoint of medium / expert (medium-expert: the medium one; replay kinds:
@@ -104,7 +104,7 @@ class CollectConfig:
     #                                 "reference": the task's reference controller (default of the goal kinds);
     #                                 a behaviour folder: its snapshots (medium, expert, medium-expert, replay kinds)
     noise: float | None = None      # std of Gaussian noise added to the behaviour policy's actions (then clipped);
-    #                                 null: 0.5 for waypoint (Minari's), else 0
+    #                                 null: Minari's for waypoint (0.5 point, 0.2 ant), else 0
     expert_policy: str | None = None  # medium-expert: the expert checkpoint
     out: str | None = None          # the dataset to create (default: data/<task>-<kind>-v0); format=minari under
     #                                 $MINARI_DATASETS_PATH: its Minari id is the path there (point-mass/random-v0)
@@ -127,11 +127,11 @@ class CollectConfig:
         if self.kind not in KINDS:
             raise ConfigError(f"collect kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
         if self.noise is None:
-            self.noise = 0.5 if self.kind == "waypoint" else 0.0
+            self.noise = waypoint.default_noise(self.env.name) if self.kind == "waypoint" else 0.0
         if self.noise < 0:
             raise ConfigError(f"collect noise must be >= 0, got {self.noise}")
         if self.kind == "waypoint" and not self.policy:
-            self.policy = "waypoint"  # D4RL's controller (robolearn.collect.waypoint); no other policy is taken
+            self.policy = "waypoint"  # D4RL's controller (robolearn.collect.waypoint); antmaze-*: its goal reacher
         if self.kind in GOAL_KINDS and not self.policy:
             self.policy = "reference"
         if self.kind != "random" and not self.policy and not self.suite and not self.behaviour:
@@ -279,7 +279,7 @@ def policy_actor(path: str, env: Any, seed: int, noise: float = 0.0) -> Actor:
         if fn is not None:
             policy = Policy(fn, "scripted", policy_config={"function": f"reference of {env.task.name}"})
         elif task.reference_checkpoint:
-            policy = load_policy(Path(__file__).resolve().parents[1] / task.reference_checkpoint, mode="sample",
+            policy = load_policy(task.checkpoint_path(), mode="sample",
                                  seed=seed)
         else:
             raise ConfigError(f"task {env.task.name} has no reference controller; give policy=<checkpoint>")
@@ -379,9 +379,9 @@ def collect(cfg: CollectConfig) -> Dataset:
         env_cfg["overrides"] = {**env_cfg["overrides"], "start": "random" if cfg.kind == "diverse" else "play"}
     recorded_env = None  # the env the dataset names, when it is not the one collected in
     if cfg.kind == "waypoint":
-        if cfg.policy != "waypoint":
-            raise ConfigError(f"collect kind=waypoint plays D4RL's waypoint controller; policy={cfg.policy} is not "
-                              "taken")
+        if cfg.policy != "waypoint" and not waypoint.is_ant(cfg.env.name):
+            raise ConfigError(f"collect kind=waypoint plays D4RL's waypoint controller on {cfg.env.name}; "
+                              f"policy={cfg.policy} is not taken (antmaze-* take the goal reacher it steers)")
         recorded_env = {**env_cfg, "overrides": dict(env_cfg["overrides"])}
         env_cfg["overrides"] = {**env_cfg["overrides"], **waypoint.collection_overrides(cfg.env.name, cfg.steps,
                                                                                          cfg.env.num_envs)}
@@ -402,8 +402,8 @@ def collect(cfg: CollectConfig) -> Dataset:
         elif cfg.kind == "waypoint":  # one long run per env, cut at the goals
             from sim.tasks.d4rl_maze import GOAL_RADIUS
 
-            runs = rollout(env, waypoint.waypoint_actor(env, cfg.noise, cfg.seed), env.num_envs, cfg.progress,
-                           "waypoint runs")
+            runs = rollout(env, waypoint.waypoint_actor(env, cfg.noise, cfg.seed, cfg.policy), env.num_envs,
+                           cfg.progress, "waypoint runs")
             episodes = waypoint.split_at_goals(runs, env.task.goal_obs, GOAL_RADIUS)
         elif cfg.kind in REPLAY_KINDS:  # a behaviour folder's snapshots, played as its run collected
             schedule = replay_schedule(cfg.policy, behaviour, cfg.kind)
@@ -472,7 +472,7 @@ def _waypoint_references(cfg: CollectConfig, env_cfg: dict[str, Any], ref_min: f
             episodes = rollout(env, random_actor(env, cfg.seed + 10_000), 100)
             ref_min = float(np.mean([np.sum(e["rewards"], dtype=np.float64) for e in episodes]))
         if ref_max is None:
-            episodes = rollout(env, waypoint.waypoint_actor(env, 0.0, cfg.seed + 20_000), 100)
+            episodes = rollout(env, waypoint.waypoint_actor(env, 0.0, cfg.seed + 20_000, cfg.policy), 100)
             ref_max = float(np.mean([np.sum(e["rewards"], dtype=np.float64) for e in episodes]))
     finally:
         env.close()

@@ -11,6 +11,11 @@ Here `env.num_envs` such runs go together, each `ceil(steps / num_envs)` steps l
 least `steps` transitions), and each is cut the same way; the last piece of a run ends in its time-out. The
 dataset records the evaluation task, the layout's goal cell with the goal fixed (Minari's `eval_env_spec`), so
 offline training evaluates where D4RL does, and D4RL's maze2d reference returns (the registry's anchors).
+
+The antmaze-* tasks take the same recipe with Minari's antmaze controller (its minari-dataset-generation-scripts,
+after D4RL's `create_navigation_policy`): a goal-reaching ant policy (`policy=`, a checkpoint trained on `ant-goal`)
+fed the next waypoint of a shortest cell path (`Waypoints`: each waypoint a cell centre moved by -U(0, 0.1) m per
+coordinate, passed within 0.45 m; the goal itself once its cell is next), its sampled actions plus N(0, 0.2^2).
 """
 
 from __future__ import annotations
@@ -24,38 +29,144 @@ import torch
 
 from robolearn.errors import ConfigError
 
-#: Std of the Gaussian noise Minari added to the controller's actions.
+#: Std of the Gaussian noise Minari added to the controller's actions: the point's PD, the ant's goal reacher.
 WAYPOINT_NOISE = 0.5
+ANT_WAYPOINT_NOISE = 0.2
+#: Minari's antmaze waypoints: passed within this distance (m); each a cell centre minus U(0, jitter) per coordinate.
+WAYPOINT_THRESHOLD = 0.45
+WAYPOINT_JITTER = 0.1
 #: Minari's dataset size per maze.
 WAYPOINT_STEPS = 1_000_000
 
 
+def is_ant(task: str) -> bool:
+    """Whether `task` is one of the D4RL ant mazes (antmaze-*), else a point maze; other tasks raise."""
+    from sim.tasks import spec
+    from sim.tasks.d4rl_maze import D4RLAntMaze, D4RLPointMaze
+
+    cls = spec(task).task_class()
+    if not issubclass(cls, D4RLPointMaze | D4RLAntMaze):
+        raise ConfigError(f"collect kind=waypoint is D4RL's maze recipe, for pointmaze-* and antmaze-* "
+                          f"(sim/tasks/d4rl_maze.py), not {task}")
+    return issubclass(cls, D4RLAntMaze)
+
+
+def default_noise(task: str) -> float:
+    """Minari's action noise for the task's controller."""
+    return ANT_WAYPOINT_NOISE if is_ant(task) else WAYPOINT_NOISE
+
+
 def collection_overrides(task: str, steps: int, num_envs: int) -> dict[str, Any]:
     """The task options of the collection runs: any open cell a goal, a new goal on arrival, one long episode."""
-    from sim.tasks import spec
-    from sim.tasks.d4rl_maze import D4RLPointMaze
-
-    if not issubclass(spec(task).task_class(), D4RLPointMaze):
-        raise ConfigError(f"collect kind=waypoint is D4RL's maze2d recipe, for pointmaze-* (sim/tasks/d4rl_maze.py), "
-                          f"not {task}")
+    is_ant(task)  # raises for other tasks
     if steps < 1:
         raise ConfigError(f"collect steps must be >= 1, got {steps}")
     return {"any_goal": True, "reset_target": True, "continuing_task": True,
             "episode_length": math.ceil(steps / num_envs)}
 
 
-def waypoint_actor(env: Any, noise: float, seed: int) -> Callable[[Any], torch.Tensor]:
-    """D4RL's waypoint controller on `env`'s layout, plus N(0, noise^2) per action entry (`rollout` clips)."""
-    from sim.tasks.reference import d4rl_pointmaze_policy
-
-    policy = d4rl_pointmaze_policy(env.task.cfg.layout)
+def waypoint_actor(env: Any, noise: float, seed: int, reacher: str | None = None) -> Callable[[Any], torch.Tensor]:
+    """D4RL's waypoint controller on `env`'s layout, plus N(0, noise^2) per action entry (`rollout` clips): the
+    point's PD controller, or on antmaze-* the goal reacher checkpoint `reacher` sent from waypoint to waypoint."""
     gen = torch.Generator().manual_seed(seed + 3)
+    if is_ant(env.task.name):
+        policy = _ant_controller(env, reacher, seed)
+    else:
+        from sim.tasks.reference import d4rl_pointmaze_policy
+
+        policy = d4rl_pointmaze_policy(env.task.cfg.layout)
 
     def act(obs: Any) -> torch.Tensor:
         actions = policy(obs["policy"].float().cpu())
         return (actions + noise * torch.randn(actions.shape, generator=gen)).to(env.device)
 
     return act
+
+
+#: The goal reacher's observation: the antmaze ant's 27 entries, then the waypoint minus the torso's x, y (ant-goal).
+REACHER_OBS = 29
+
+
+def _ant_controller(env: Any, reacher: Any, seed: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The goal reacher (sampled, as Minari's SB3 `predict`) fed the next waypoint: antmaze's observation is the
+    achieved goal (x, y), the desired goal, then the ant's 27 entries."""
+    from robolearn.checkpoints.policy import load_policy
+
+    if reacher in (None, "waypoint", "reference"):  # the registered goal reacher, once there is one
+        from sim.tasks import spec
+
+        reacher = spec("ant-goal").checkpoint_path()
+    if not reacher:
+        raise ConfigError("collect kind=waypoint on antmaze-* needs policy=<goal reacher checkpoint>: a policy trained "
+                          "on ant-goal (`robolearn train env=ant-goal algo=sac`), which the waypoints steer")
+    policy = load_policy(reacher, mode="sample", seed=seed)
+    obs_dim = policy.policy_config.get("obs_dim")
+    if obs_dim is not None and obs_dim != REACHER_OBS:
+        raise ConfigError(f"policy={reacher} observes {obs_dim} entries, not ant-goal's {REACHER_OBS}: the waypoints "
+                          "steer a goal reacher trained on ant-goal")
+    maze = env.task.maze
+    waypoints = Waypoints(maze.rows, maze.scaling, env.num_envs, seed + 4)
+
+    def control(obs: torch.Tensor) -> torch.Tensor:
+        xy = obs[:, 0:2]
+        target = waypoints(xy, obs[:, 2:4])
+        return policy({"policy": torch.cat([obs[:, 4:], target - xy], dim=-1)}).cpu()
+
+    return control
+
+
+class Waypoints:
+    """Minari's antmaze waypoint controller, batched over envs: per env, the next cell on a shortest path to the
+    commanded goal, moved by -U(0, jitter) m per coordinate, until the agent passes within `threshold` m of it; then
+    the cell after; the goal itself once the goal's cell is next. A new goal, or a jump of the agent (a reset),
+    plans again from the agent's cell."""
+
+    def __init__(self, rows: tuple[str, ...], scaling: float, num_envs: int, seed: int,
+                 threshold: float = WAYPOINT_THRESHOLD, jitter: float = WAYPOINT_JITTER):
+        from sim.tasks.maze import next_hops
+
+        layout = ["".join("#" if ch == "#" else "." for ch in row) for row in rows]
+        index, hop = next_hops(layout)
+        self.index, self.hop = torch.from_numpy(index), torch.from_numpy(hop)  # [R, C], [G, R, C, 2]
+        self.shape, self.scaling = (len(layout), len(layout[0])), scaling
+        self.threshold, self.jitter = threshold, jitter
+        self.cell = torch.zeros(num_envs, 2, dtype=torch.long)  # the waypoint's cell (row, col)
+        self.point = torch.zeros(num_envs, 2)                   # its jittered centre
+        self.goal = torch.full((num_envs, 2), float("nan"))     # the goal and position it was planned for
+        self.xy = torch.full((num_envs, 2), float("nan"))
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def cell_of(self, xy: torch.Tensor) -> torch.Tensor:
+        """(row, col) of the cell under each (x, y): columns along x, rows along -y, the maze centred at 0."""
+        (rows, cols), s = self.shape, self.scaling
+        col = torch.floor((xy[:, 0] + cols * s / 2) / s).long().clamp(0, cols - 1)
+        row = torch.floor((rows * s / 2 - xy[:, 1]) / s).long().clamp(0, rows - 1)
+        return torch.stack([row, col], dim=-1)
+
+    def center(self, cell: torch.Tensor) -> torch.Tensor:
+        (rows, cols), s = self.shape, self.scaling
+        return s * torch.stack([cell[:, 1] - (cols - 1) / 2, (rows - 1) / 2 - cell[:, 0]], dim=-1).float()
+
+    def _next(self, goal_index: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
+        return self.hop[goal_index, cell[:, 0], cell[:, 1]]
+
+    def _move(self, which: torch.Tensor, cell: torch.Tensor) -> None:
+        jitter = self.jitter * torch.rand(cell.shape, generator=self.gen)
+        self.cell = torch.where(which[:, None], cell, self.cell)
+        self.point = torch.where(which[:, None], self.center(cell) - jitter, self.point)
+
+    def __call__(self, xy: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
+        """The point each env's agent at `xy` (N, 2) heads for to reach `goal` (N, 2)."""
+        goal_cell = self.cell_of(goal)
+        g = self.index[goal_cell[:, 0], goal_cell[:, 1]].clamp_min(0)
+        replan = ((goal - self.goal).norm(dim=-1) > 1e-3) | ((xy - self.xy).norm(dim=-1) > self.scaling / 2)
+        replan |= torch.isnan(self.goal).any(dim=-1)
+        self._move(replan, self._next(g, self.cell_of(xy)))
+        at_goal_cell = (self.cell == goal_cell).all(dim=-1)
+        passed = ~at_goal_cell & ((xy - self.point).norm(dim=-1) <= self.threshold)
+        self._move(passed, self._next(g, self.cell))
+        self.goal, self.xy = goal.clone(), xy.clone()
+        return torch.where((self.cell == goal_cell).all(dim=-1)[:, None], goal, self.point)
 
 
 def split_at_goals(episodes: list[dict[str, Any]], goal_obs: slice, radius: float) -> list[dict[str, Any]]:

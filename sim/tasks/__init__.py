@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,10 @@ class TaskSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides)))
+
+    def checkpoint_path(self) -> Path | None:
+        """The absolute path of `reference_checkpoint` (repo-relative), or None."""
+        return Path(__file__).resolve().parents[2] / self.reference_checkpoint if self.reference_checkpoint else None
 
     def task_class(self) -> type[Task]:
         """The task class (imports its module, and so JAX and MuJoCo)."""

@@ -89,3 +89,17 @@ def test_rollout_records_the_actions_the_env_applies():
     eps = rollout(env, lambda obs: torch.tensor([[6.0], [-0.5]]), episodes=2)
     actions = np.concatenate([ep["actions"] for ep in eps])
     assert set(np.unique(actions).tolist()) == {-0.5, 1.0}
+
+
+def test_policy_reference_loads_the_registered_checkpoint_from_anywhere(tmp_path, monkeypatch):
+    """policy=reference of a task whose reference is a committed checkpoint (cheetah-run's PPO) loads it by the
+    repository's path, whatever the working directory (it once looked under robolearn/)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from robolearn.collect.generate import policy_actor
+
+    monkeypatch.chdir(tmp_path)
+    actor = policy_actor("reference", SimpleNamespace(task=SimpleNamespace(name="cheetah-run"), device="cpu"), 0)
+    assert actor({"policy": torch.zeros(3, 17)}).shape == (3, 6)
