@@ -98,6 +98,8 @@ class CollectConfig:
     kind: str = "random"            # random | medium | expert | medium-expert | medium-replay | full-replay
     #                                 | diverse | play (mazes) | waypoint (pointmaze-*, antmaze-*)
     episodes: int = 100             # whole episodes to keep (per policy for medium-expert: half each)
+    transitions: int | None = None  # instead: whole episodes until this many transitions, spread evenly over the
+    #                                 envs (D4RL's 1M; medium-expert: this many of each, D4RL's concatenation)
     steps: int = 1_000_000          # waypoint: env steps to record (Minari's 1M), split into episodes at the goals
     policy: str | None = None       # checkpoint of medium / expert (medium-expert: the medium one; replay kinds:
     #                                 the off-policy checkpoint whose saved replay buffer becomes the dataset);
@@ -142,35 +144,46 @@ class CollectConfig:
                               "expert_policy=<expert checkpoint> (or policy=<behaviour folder>)")
         if self.episodes < 1:
             raise ConfigError(f"collect episodes must be >= 1, got {self.episodes}")
+        if self.transitions is not None and self.transitions < 1:
+            raise ConfigError(f"collect transitions must be >= 1 (null: `episodes` episodes), got {self.transitions}")
 
 
 @torch.no_grad()
-def rollout(env: Any, actor: Actor, episodes: int, progress: bool = False,
-            label: str = "collect") -> list[dict[str, Any]]:
+def rollout(env: Any, actor: Actor, episodes: int, progress: bool = False, label: str = "collect",
+            transitions: int | None = None) -> list[dict[str, Any]]:
     """``episodes`` whole episodes of ``actor`` over the batched ``env`` (started episodes past the count are
-    discarded, so none is cut short): a list of episode mappings for `Dataset.from_episodes`. Actions are
-    recorded as the env applies them, clipped to [-1, 1]."""
+    discarded, so none is cut short), or with ``transitions``: each env's whole episodes, one after another, until
+    it has recorded ceil(transitions / num_envs) transitions (so every env is a stream of consecutive episodes, as
+    D4RL's one env was, and short episodes are not favoured by finishing first). A list of episode mappings for
+    `Dataset.from_episodes`. Actions are recorded as the env applies them, clipped to [-1, 1]."""
     n = env.num_envs
     obs = env.reset()
     steps: list[dict[str, Any]] = []  # per step: obs groups [n, ...], action, reward, terminated, time_out, final
     done_count = 0
+    quota = None if transitions is None else -(-transitions // n)
+    recorded = np.zeros(n, dtype=np.int64)  # transitions kept per env (with a quota)
     start = np.zeros(n, dtype=np.int64)  # the step index each env's current episode began at
     out: list[dict[str, Any]] = []
-    bar = _progress(episodes, label) if progress else None
-    while done_count < episodes:
+    bar = (_progress(episodes, label) if quota is None else _progress(quota * n, label, "steps")) if progress else None
+
+    def finished() -> bool:
+        return done_count >= episodes if quota is None else bool((recorded >= quota).all())
+
+    while not finished():
         next_obs, step, dones_np = _step(env, obs, actor(obs))
         steps.append(step)
         t = len(steps) - 1
         for i in np.flatnonzero(dones_np):
-            if done_count < episodes:
+            if (done_count < episodes) if quota is None else (recorded[i] < quota):
                 out.append(_episode(steps, i, int(start[i]), t))
                 done_count += 1
+                recorded[i] += t + 1 - start[i]
                 if bar is not None:
-                    bar.update(1)
+                    bar.update(1 if quota is None else int(t + 1 - start[i]))
             start[i] = t + 1
         # steps every live episode still needs are those from the earliest start on: drop the rest
         first = int(start.min())
-        if first > 0 and done_count < episodes:
+        if first > 0 and not finished():
             steps = steps[first:]
             start -= first
         obs = next_obs
@@ -392,10 +405,10 @@ def collect(cfg: CollectConfig) -> Dataset:
     began = time.perf_counter()
     try:
         if cfg.kind == "random":
-            episodes = rollout(env, random_actor(env, cfg.seed), cfg.episodes, cfg.progress, "random")
+            episodes = rollout(env, random_actor(env, cfg.seed), cfg.episodes, cfg.progress, "random", cfg.transitions)
         elif cfg.kind in ("medium", "expert"):
             actor = policy_actor(cfg.policy, env, cfg.seed, cfg.noise)
-            episodes = rollout(env, actor, cfg.episodes, cfg.progress, cfg.kind)
+            episodes = rollout(env, actor, cfg.episodes, cfg.progress, cfg.kind, cfg.transitions)
         elif cfg.kind in GOAL_KINDS:
             actor = goal_actor(policy_actor(cfg.policy, env, cfg.seed, cfg.noise), env, cfg.kind, cfg.seed)
             episodes = rollout(env, actor, cfg.episodes, cfg.progress, cfg.kind)
@@ -409,12 +422,12 @@ def collect(cfg: CollectConfig) -> Dataset:
             schedule = replay_schedule(cfg.policy, behaviour, cfg.kind)
             episodes = play_snapshots(env, schedule, cfg.seed, int(behaviour.get("random_warmup_steps") or 0),
                                       cfg.progress, cfg.kind)
-        else:  # medium-expert: D4RL concatenates equal parts
+        else:  # medium-expert: D4RL concatenates equal parts (with transitions=, a medium and an expert set)
             half = cfg.episodes // 2
             episodes = rollout(env, policy_actor(cfg.policy, env, cfg.seed, cfg.noise), cfg.episodes - half,
-                               cfg.progress, "medium")
+                               cfg.progress, "medium", cfg.transitions)
             episodes += rollout(env, policy_actor(cfg.expert_policy, env, cfg.seed + 1, cfg.noise), half,
-                                cfg.progress, "expert")
+                                cfg.progress, "expert", cfg.transitions)
         returns = np.array([float(np.sum(e["rewards"], dtype=np.float64)) for e in episodes])
         ref_min = cfg.ref_min_score
         if ref_min is None and recorded_env is None:  # (waypoint: measured in the evaluation task, below)

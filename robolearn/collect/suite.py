@@ -76,6 +76,7 @@ class TaskSuite:
     task: str
     kinds: list[str]
     episodes: int = 100
+    transitions: int | None = None  # instead of `episodes`: whole episodes until this many transitions (D4RL's 1M)
     num_envs: int = 64              # envs collecting together
     expert: str = "reference"       # expert behaviour: "reference" or a checkpoint (with `behaviour:`, its expert)
     noise: float = 0.0              # Gaussian action noise of the expert / goal behaviours
@@ -156,9 +157,9 @@ def run_suite(cfg: CollectConfig) -> Path:
                               env_overrides=behaviour["env_overrides"])
             continue
         untrained = [k for k in t.kinds if k not in TRAINED_KINDS]  # first: a training run may use them
-        for kind in untrained:
-            _collect_kind(t, kind, t.expert if kind == "expert" else None, out, fmt, seed, (lo, hi), cfg.progress,
-                          record, record_path)
+        for kind in untrained:  # waypoint: the expert names antmaze's goal reacher ("reference": the registry's)
+            policy = t.expert if kind == "expert" or (kind == "waypoint" and t.expert != "reference") else None
+            _collect_kind(t, kind, policy, out, fmt, seed, (lo, hi), cfg.progress, record, record_path)
         if len(untrained) < len(t.kinds):
             policies = train_behaviour(t, out / "_train" / t.task, seed, record, cfg.progress, out)
             write_json(record_path, record)
@@ -182,7 +183,8 @@ def _collect_kind(t: TaskSuite, kind: str, policy: str | None, out: Path, fmt: s
     if path.exists():
         return
     env = EnvConfig(name=t.task, num_envs=t.num_envs, overrides=dict(env_overrides or {}))
-    one = CollectConfig(env=env, kind=kind, episodes=t.episodes, steps=t.steps, policy=policy,
+    one = CollectConfig(env=env, kind=kind, episodes=t.episodes, transitions=t.transitions, steps=t.steps,
+                        policy=policy,
                         expert_policy=t.expert if kind == "medium-expert" and t.behaviour is None else None,
                         noise=t.noise if kind in ("expert", "diverse", "play", "waypoint") else 0.0,
                         out=str(path), format=fmt, seed=seed, progress=progress,

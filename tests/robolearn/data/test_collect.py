@@ -103,3 +103,15 @@ def test_policy_reference_loads_the_registered_checkpoint_from_anywhere(tmp_path
     monkeypatch.chdir(tmp_path)
     actor = policy_actor("reference", SimpleNamespace(task=SimpleNamespace(name="cheetah-run"), device="cpu"), 0)
     assert actor({"policy": torch.zeros(3, 17)}).shape == (3, 6)
+
+
+def test_transitions_collect_each_envs_consecutive_episodes_up_to_its_share():
+    """transitions=N (D4RL's 1M per dataset): every env runs whole episodes until it holds ceil(N / num_envs)
+    transitions; hopper falls within ~20 random steps, so the count lands just past N, in whole episodes."""
+    cfg = CollectConfig(env=EnvConfig(name="hopper-v5", num_envs=4), kind="random", transitions=400,
+                        ref_min_score=0.0, ref_max_score=1.0, progress=False)
+    data = collect(cfg)
+    assert 400 <= data.num_steps < 400 + 4 * data.lengths.max()
+    assert data.num_episodes > 10 and all(e.terminations[-1] or e.truncations[-1] for e in data.episodes())
+    with pytest.raises(ConfigError, match="transitions"):
+        CollectConfig(kind="random", transitions=0)
