@@ -3,16 +3,19 @@
 Question: when one of our learners scores differently from CORL's table on our data, is it our code or the
 algorithm on this data? Both train on the same transitions, for the same steps, from the same seed, one after
 the other in this process, one thread each. CORL's side is the file's own code (``corl=``: a checkout's
-`algorithms/offline/cql.py` or `iql.py`; its d4rl / gym / pyrallis / wandb imports stubbed since only the
-classes are used), ours is `robolearn.algos.offline.<algo>` with the settings ``cql`` / ``iql`` (`CQLConfig` /
-`IQLConfig`, their defaults: CORL's values), widths and reward scale set from ``hidden`` and ``reward_scale`` as
-on CORL's side:
+`algorithms/offline/cql.py`, `iql.py` or `td3_bc.py`; its d4rl / gym / pyrallis / wandb imports stubbed since
+only the classes are used), ours is `robolearn.algos.offline.<algo>` with the settings ``cql`` / ``iql`` /
+``td3_bc`` (`CQLConfig` / `IQLConfig` / `TD3BCConfig`, their defaults: CORL's values), widths and reward scale set
+from ``hidden`` and ``reward_scale`` as on CORL's side:
 
 - ``algo=cql``: CORL's `ContinuousCQL` with its halfcheetah config (cql_alpha 10, 10 actions per kind,
   importance sampling, policy lr 3e-5, qf lr 3e-4, orthogonal init, 3 hidden layers; its hard-coded width 256
   patched to ``hidden``) against `robolearn.algos.offline.cql.CQL`. Logged: mean Q(s, a_data), CQL gap
   (logsumexp minus
   Q(s, a_data)), log pi and temperature.
+- ``algo=td3_bc``: CORL's `TD3_BC` (alpha 2.5, policy noise 0.2 clipped at 0.5, actor every 2nd step, its
+  hard-coded width 256 patched to ``hidden``) against `robolearn.algos.offline.td3_bc.TD3BC`. Logged: critic and
+  actor losses.
 - ``algo=iql``: CORL's `ImplicitQLearning` with its halfcheetah config (expectile 0.7, beta 3, Gaussian policy
   with a tanh'd mean and one learned log-std, cosine actor lr over 1M steps, 2 hidden layers of ``hidden``)
   against `robolearn.algos.offline.iql.IQL`. Logged: value, critic and actor losses; at each evaluation, on a fixed set
@@ -28,8 +31,10 @@ value); every ``eval_every`` steps each policy is scored deterministically on 10
         dataset=data/d4rl-like/cheetah-run-medium-replay-v0 steps=5000
     .venv/bin/python benchmarks/peers/offline_vs_corl.py algo=iql corl=/tmp/CORL/algorithms/offline/iql.py \\
         dataset=data/d4rl-like/cheetah-run-medium-expert-v0 steps=50000 eval_every=10000 reward_scale=[20]
+    .venv/bin/python benchmarks/peers/offline_vs_corl.py algo=td3_bc corl=/tmp/CORL/algorithms/offline/td3_bc.py \\
+        dataset=data/mujoco-v5/halfcheetah-v5-medium-v0 hidden=256 steps=20000 eval_every=10000
 
-Results: ``results/cql_vs_corl_cpu.json``, ``results/iql_vs_corl_cpu.json``.
+Results: ``results/<algo>_vs_corl_cpu.json`` (``out=`` names another).
 """
 
 from __future__ import annotations
@@ -50,13 +55,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: t
 from benchmarks.common import RESULTS, machine_info, settings  # noqa: E402
 from robolearn.algos.offline.cql import CQLConfig  # noqa: E402
 from robolearn.algos.offline.iql import IQLConfig  # noqa: E402
+from robolearn.algos.offline.td3_bc import TD3BCConfig  # noqa: E402
 
 
 @dataclasses.dataclass
 class Settings:
     """The algorithm, both sides and the schedule (`key=value` on the command line)."""
 
-    algo: str = "cql"               # cql | iql
+    algo: str = "cql"               # cql | iql | td3_bc
     corl: str = MISSING             # path to CORL's algorithms/offline/<algo>.py (required)
     dataset: str = "data/d4rl-like/cheetah-run-medium-replay-v0"
     steps: int = 5000
@@ -68,6 +74,7 @@ class Settings:
     sides: list[str] = dataclasses.field(default_factory=lambda: ["corl", "robolearn"])
     cql: CQLConfig = dataclasses.field(default_factory=CQLConfig)  # robolearn's side (algo=cql)
     iql: IQLConfig = dataclasses.field(default_factory=IQLConfig)  # robolearn's side (algo=iql)
+    td3_bc: TD3BCConfig = dataclasses.field(default_factory=TD3BCConfig)  # robolearn's side (algo=td3_bc)
     out: str | None = None          # null: benchmarks/results/<algo>_vs_corl_cpu.json
 
 
@@ -133,12 +140,29 @@ def corl_iql(corl: types.ModuleType, sd: int, ad: int, hidden: int):
     return algo, act, row, advantage
 
 
+def corl_td3_bc(corl: types.ModuleType, sd: int, ad: int, hidden: int):
+    """CORL's TD3_BC with its defaults (the same on every locomotion dataset): (algo, act, row, no advantage)."""
+    actor, c1, c2 = corl.Actor(sd, ad, 1.0), corl.Critic(sd, ad), corl.Critic(sd, ad)
+    adam = lambda net: torch.optim.Adam(net.parameters(), 3e-4)  # noqa: E731
+    algo = corl.TD3_BC(1.0, actor, adam(actor), c1, adam(c1), c2, adam(c2), discount=0.99, tau=0.005,
+                       policy_noise=0.2, noise_clip=0.5, policy_freq=2, alpha=2.5)
+
+    def row(log: dict) -> dict[str, float]:  # the actor steps every 2nd update only
+        return {k: log[k] for k in ("critic_loss", "actor_loss") if k in log}
+
+    def act(obs: torch.Tensor) -> torch.Tensor:
+        return actor(obs)
+
+    return algo, act, row, None
+
+
 def corl_side(algo_name: str, corl: types.ModuleType, batches: tuple[torch.Tensor, ...],
               norm: tuple[torch.Tensor, torch.Tensor], hidden: int, gen: torch.Generator):
     """CORL's learner on normalised `batches` (obs, actions, rewards, next obs, dones): a one-step function, the
     policy (`act`, as `evaluate_policy` calls it) and an advantage function on raw observations (IQL)."""
     sd, ad = batches[0].shape[1], batches[1].shape[1]
-    algo, act, row, advantage = {"cql": corl_cql, "iql": corl_iql}[algo_name](corl, sd, ad, hidden)
+    algo, act, row, advantage = {"cql": corl_cql, "iql": corl_iql, "td3_bc": corl_td3_bc}[algo_name](corl, sd, ad,
+                                                                                                   hidden)
     n = len(batches[1])
 
     def step() -> dict[str, float]:
@@ -153,11 +177,12 @@ def corl_side(algo_name: str, corl: types.ModuleType, batches: tuple[torch.Tenso
 
 
 def robolearn_side(args: Settings, data, scale: float, gen: torch.Generator):
-    """robolearn's learner (`args.cql` / `args.iql`, by default their config's defaults: CORL's values) with
-    `args.hidden`-wide layers (CQL: 3 layers, IQL: 2) and rewards times `scale`: a one-step function, the algorithm
-    (its own `act`) and an advantage function (IQL)."""
+    """robolearn's learner (`args.cql` / `args.iql` / `args.td3_bc`, by default their config's defaults: CORL's
+    values) with `args.hidden`-wide layers (CQL: 3 layers, IQL and TD3+BC: 2) and rewards times `scale`: a one-step
+    function, the algorithm (its own `act`) and an advantage function (IQL)."""
     from robolearn.algos.offline.cql import CQL
     from robolearn.algos.offline.iql import IQL
+    from robolearn.algos.offline.td3_bc import TD3BC
     from robolearn.data.dataset import to_replay_buffer
 
     buffer = to_replay_buffer(data, ["policy"])
@@ -167,6 +192,12 @@ def robolearn_side(args: Settings, data, scale: float, gen: torch.Generator):
         algo = CQL(sd, ad, dataclasses.replace(args.cql, actor_hidden=widths, critic_hidden=widths,
                                                reward_scale=scale))
         names = {"q_data": "q_mean", "gap": "cql_gap", "log_pi": "entropy", "alpha": "alpha"}
+        advantage = None
+    elif args.algo == "td3_bc":
+        widths = (args.hidden,) * 2
+        algo = TD3BC(sd, ad, dataclasses.replace(args.td3_bc, actor_hidden=widths, critic_hidden=widths,
+                                                 reward_scale=scale))
+        names = {k: k for k in ("critic_loss", "actor_loss")}
         advantage = None
     else:
         widths = (args.hidden,) * 2
@@ -180,7 +211,7 @@ def robolearn_side(args: Settings, data, scale: float, gen: torch.Generator):
 
     def step() -> dict[str, float]:
         s = algo.update(buffer.sample(256, gen), gen)
-        out = {k: float(s[v]) for k, v in names.items()}
+        out = {k: float(s[v]) for k, v in names.items() if v in s}
         if "log_pi" in out:
             out["log_pi"] = -out["log_pi"]  # our CQL logs the entropy estimate
         return out
@@ -201,8 +232,8 @@ def weight_split(advantage, obs: torch.Tensor, actions: torch.Tensor, beta: floa
 
 def main() -> None:
     args = settings(Settings, __doc__)
-    if args.algo not in ("cql", "iql") or set(args.sides) - {"corl", "robolearn"}:
-        sys.exit(f"algo= takes cql or iql (got {args.algo!r}), sides= corl and/or robolearn (got {args.sides})")
+    if args.algo not in ("cql", "iql", "td3_bc") or set(args.sides) - {"corl", "robolearn"}:
+        sys.exit(f"algo= takes cql, iql or td3_bc (got {args.algo!r}), sides= corl and/or robolearn (got {args.sides})")
     out = Path(args.out or RESULTS / f"{args.algo}_vs_corl_cpu.json")
     torch.set_num_threads(1)
 
