@@ -146,6 +146,9 @@ class CollectConfig:
             raise ConfigError(f"collect episodes must be >= 1, got {self.episodes}")
         if self.transitions is not None and self.transitions < 1:
             raise ConfigError(f"collect transitions must be >= 1 (null: `episodes` episodes), got {self.transitions}")
+        if self.transitions is not None and self.kind not in ("random", "medium", "expert", "medium-expert"):
+            raise ConfigError(f"collect transitions= is for random, medium, expert and medium-expert, not "
+                              f"kind={self.kind} (waypoint: steps=; the replay kinds hold the run's env steps)")
 
 
 @torch.no_grad()
@@ -433,7 +436,7 @@ def collect(cfg: CollectConfig) -> Dataset:
         if ref_min is None and recorded_env is None:  # (waypoint: measured in the evaluation task, below)
             ref_min = returns.mean() if cfg.kind == "random" else _random_return(env, cfg)
         ref_max = cfg.ref_max_score
-        if ref_max is None and "reference" in (cfg.policy, cfg.expert_policy):  # the reference controller's,
+        if ref_max is None and recorded_env is None and "reference" in (cfg.policy, cfg.expert_policy):
             episodes_ref = rollout(env, policy_actor("reference", env, cfg.seed + 20_000), cfg.ref_episodes)  # no noise
             ref_max = float(np.mean([np.sum(e["rewards"], dtype=np.float64) for e in episodes_ref]))
         if ref_max is None and cfg.kind == "expert":
@@ -445,6 +448,7 @@ def collect(cfg: CollectConfig) -> Dataset:
         env_cfg = {**recorded_env, "policy_dt": env_cfg["policy_dt"]}
         ref_min, ref_max = _waypoint_references(cfg, recorded_env, cfg.ref_min_score, cfg.ref_max_score)
     meta = {"task": cfg.env.name, "kind": cfg.kind, "seed": cfg.seed, "policy": cfg.policy, "noise": cfg.noise,
+            "transitions": cfg.transitions,
             "fps": 1.0 / env_cfg["policy_dt"],
             "expert_policy": cfg.expert_policy, "env": env_cfg, "collected_with": "robolearn collect",
             "return_mean": float(returns.mean()), "return_std": float(returns.std()),

@@ -79,7 +79,8 @@ class TaskSuite:
     transitions: int | None = None  # instead of `episodes`: whole episodes until this many transitions (D4RL's 1M)
     num_envs: int = 64              # envs collecting together
     expert: str = "reference"       # expert behaviour: "reference" or a checkpoint (with `behaviour:`, its expert)
-    noise: float = 0.0              # Gaussian action noise of the expert / goal behaviours
+    noise: float | None = None      # Gaussian action noise of the expert / goal behaviours (null: collect's default,
+    #                                 Minari's for waypoint, else 0)
     train: TrainSpec | None = None
     behaviour: str | None = None    # a behaviour folder (robolearn.collect.behaviour): its snapshots play the expert,
     #                                 medium and replay kinds, and nothing is trained

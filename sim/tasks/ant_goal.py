@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from sim.core import Physics
+from sim.errors import ConfigError
 from sim.tasks.mujoco_v5 import Ant, AntConfig
 
 Array = jax.Array
@@ -24,13 +25,24 @@ Array = jax.Array
 class AntGoalConfig(AntConfig):
     #: Weight of the speed towards the goal (m/s); Minari's GoalReachAnt scales it 10x, as turning makes it slow.
     forward_reward_weight: float = 10.0
-    #: No contact cost and no contact forces in the observation: the antmaze observation has none.
+    #: No contact cost (Minari's reward has none; > 0 adds Ant-v5's `contact` term) and no contact forces in the
+    #: observation: the antmaze observation has none.
     contact_cost_weight: float = 0.0
     include_cfrc_ext_in_observation: bool = False
     #: Goals are drawn at angle U(0, 2 pi) and distance goal_region_radius * U(0, 1) from the origin.
     goal_region_radius: float = 10.0
     #: A goal counts as reached within this distance (m) of the torso's x, y; a new one is drawn then.
     goal_threshold: float = 0.3
+
+    def validate(self) -> None:
+        super().validate()
+        if not self.exclude_current_positions_from_observation or self.include_cfrc_ext_in_observation:
+            raise ConfigError("ant-goal observes what antmaze's ant does (no x, y, no contact forces) plus the goal: "
+                              "exclude_current_positions_from_observation and include_cfrc_ext_in_observation are "
+                              "fixed")
+        if self.goal_region_radius <= 0 or self.goal_threshold <= 0:
+            raise ConfigError(f"goal_region_radius and goal_threshold must be > 0, got {self.goal_region_radius} and "
+                              f"{self.goal_threshold}")
 
 
 class AntGoal(Ant):
@@ -46,6 +58,9 @@ class AntGoal(Ant):
     Goals: drawn at angle U(0, 2 pi) and distance 10 * U(0, 1) m from the origin; on arrival within 0.3 m a new one is
     drawn (the episode goes on). Healthy: torso height in [0.2, 1]; an unhealthy ant ends the episode. 1000 steps.
     Initial state: Ant-v5's (reference pose + U(-0.1, 0.1) on qpos, 0.1 * N(0, 1) on qvel).
+    Differences from Minari's GoalReachAnt: a fall ends the episode here (Ant-v5's termination; Minari's continuing
+    env only stops at its 1000-step limit, the ant lying where it fell), and the goal's direction is taken from the
+    torso's position before the step (Minari's: after it).
     Metric `episode/goals`: goals reached in the episode.
     """
 
@@ -76,9 +91,12 @@ class AntGoal(Ant):
         to_goal = info["goal"] - info["xy_before"]
         direction = to_goal / jnp.maximum(jnp.linalg.norm(to_goal), 1e-6)
         velocity = (self.xy(phys) - info["xy_before"]) / self.dt
-        return {"forward": self.cfg.forward_reward_weight * jnp.dot(velocity, direction),
-                "ctrl": -self.cfg.ctrl_cost_weight * jnp.sum(jnp.square(action)),
-                "survive": self.cfg.healthy_reward * self.healthy(phys).astype(jnp.float32)}
+        terms = {"forward": self.cfg.forward_reward_weight * jnp.dot(velocity, direction),
+                 "ctrl": -self.cfg.ctrl_cost_weight * jnp.sum(jnp.square(action)),
+                 "survive": self.cfg.healthy_reward * self.healthy(phys).astype(jnp.float32)}
+        if self.cfg.contact_cost_weight > 0:
+            terms["contact"] = -self.cfg.contact_cost_weight * jnp.sum(jnp.square(self.contact_forces(phys)))
+        return terms
 
     def update_info(self, phys: Physics, action: Array, info: dict[str, Array]) -> dict[str, Array]:
         xy = self.xy(phys)

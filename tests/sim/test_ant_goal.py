@@ -53,3 +53,14 @@ def test_goals_cover_the_disk():
     assert radius.max() <= 10.0 and abs(radius.mean() - 5.0) < 0.3
     assert all(np.mean((np.sign(goals[:, 0]) == sx) & (np.sign(goals[:, 1]) == sy)) > 0.2
                for sx in (-1, 1) for sy in (-1, 1))
+
+
+def test_the_antmaze_observation_is_fixed():
+    import pytest
+
+    from sim.errors import ConfigError
+
+    for bad in ({"include_cfrc_ext_in_observation": True}, {"exclude_current_positions_from_observation": False},
+                {"goal_threshold": 0.0}):
+        with pytest.raises(ConfigError):
+            sim.make_task("ant-goal", **bad)

@@ -115,3 +115,6 @@ def test_transitions_collect_each_envs_consecutive_episodes_up_to_its_share():
     assert data.num_episodes > 10 and all(e.terminations[-1] or e.truncations[-1] for e in data.episodes())
     with pytest.raises(ConfigError, match="transitions"):
         CollectConfig(kind="random", transitions=0)
+    with pytest.raises(ConfigError, match="not kind=waypoint"):
+        CollectConfig(env=EnvConfig(name="pointmaze-umaze"), kind="waypoint", transitions=100)
+    assert data.metadata["transitions"] == 400

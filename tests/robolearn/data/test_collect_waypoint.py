@@ -56,9 +56,11 @@ def test_waypoint_refuses_other_tasks_and_policies():
 
 @pytest.mark.parametrize("layout", ["umaze", "medium", "large"])
 def test_ant_waypoints_lead_a_walker_to_every_goal_without_touching_a_wall(layout):
-    """`Waypoints` (Minari's antmaze controller) steering a kinematic agent (0.3 m a step towards its point): from
-    random open cells to random open goals in 4 m cells, it arrives every time, and a disc of 0.5 m around it never
-    overlaps a wall cell (it passes waypoints within 0.45 m, so it turns near cell centres, not across corners)."""
+    """`Waypoints` (Minari's antmaze controller) steering a kinematic agent (0.3 m a step towards its point) in 4 m
+    cells: sent from goal to goal (a new open-cell goal on each arrival) and half the agents teleported to other cells
+    mid-way, every agent keeps arriving, and a disc of 0.5 m around it never overlaps a wall cell (it passes
+    waypoints within 0.45 m, so it turns near cell centres, not across corners; a controller that kept its old path
+    after a goal change or a jump would walk into walls)."""
     import torch
 
     from robolearn.collect.waypoint import Waypoints
@@ -67,19 +69,63 @@ def test_ant_waypoints_lead_a_walker_to_every_goal_without_touching_a_wall(layou
     maze = Maze.parse(ANTMAZE_MAPS[layout], 4.0, any_goal=True)
     n, gen = 64, torch.Generator().manual_seed(0)
     cells = torch.from_numpy(maze.goals)
-    xy = cells[torch.randint(len(cells), (n,), generator=gen)]
-    goal = cells[torch.randint(len(cells), (n,), generator=gen)] + torch.rand(n, 2, generator=gen) - 0.5
+    draw = lambda: cells[torch.randint(len(cells), (n,), generator=gen)] + torch.rand(n, 2, generator=gen) - 0.5  # noqa: E731
+    xy, goal = cells[torch.randint(len(cells), (n,), generator=gen)], draw()
     waypoints = Waypoints(maze.rows, maze.scaling, n, seed=0)
     walls = torch.tensor([(x, y) for _, _, x, y in maze.walls])
-    arrived = torch.zeros(n, dtype=torch.bool)
-    for _ in range(400):
+    arrivals = torch.zeros(n)
+    for t in range(1200):
+        if t == 600:  # half the agents jump to another cell (an episode reset)
+            jump = torch.arange(n) % 2 == 0
+            xy = torch.where(jump[:, None], cells[torch.randint(len(cells), (n,), generator=gen)], xy)
         step = waypoints(xy, goal) - xy
         xy = xy + step * (0.3 / step.norm(dim=-1, keepdim=True).clamp_min(0.3))
         # distance from the agent to the nearest point of each 4 m wall square
         gap = ((xy[:, None] - walls[None]).abs() - 2.0).clamp_min(0).norm(dim=-1)
         assert (gap.min(dim=1).values > 0.5).all()
-        arrived |= (xy - goal).norm(dim=-1) <= GOAL_RADIUS
-    assert arrived.all()
+        arrived = (xy - goal).norm(dim=-1) <= GOAL_RADIUS
+        arrivals += arrived
+        goal = torch.where(arrived[:, None], draw(), goal)
+    assert (arrivals >= 2).all()
+    with pytest.raises(ConfigError, match="no open cell"):
+        waypoints(xy, torch.from_numpy(np.array([[x, y] for _, _, x, y in maze.walls[:n]], np.float32)))
+
+
+def test_antmaze_waypoints_feed_the_reacher_the_ant_and_its_waypoint(monkeypatch):
+    """The goal reacher sees antmaze's 27 ant entries, then its waypoint minus the torso's x, y (what ant-goal
+    observes): a recording stand-in for the checkpoint."""
+    import torch
+
+    import robolearn.checkpoints.policy as policy_module
+    from robolearn.collect.waypoint import waypoint_actor
+    from robolearn.config import make_env
+
+    seen = []
+
+    class Recorder:
+        policy_config, run = {"obs_dim": 29}, {"env": {"name": "ant-goal"}}
+
+        def __call__(self, obs):
+            seen.append(obs["policy"].clone())
+            return torch.zeros(len(obs["policy"]), 8)
+
+    monkeypatch.setattr(policy_module, "load_policy", lambda *a, **k: Recorder())
+    env = make_env({"name": "antmaze-umaze", "num_envs": 2, "backend": "mujoco", "overrides": {"any_goal": True}}, 0)
+    try:
+        act = waypoint_actor(env, 0.0, 0, reacher="stand-in")
+        obs = env.get_observations()
+        assert act(obs).shape == (2, 8)
+    finally:
+        env.close()
+    policy_obs = obs["policy"].float()
+    fed = seen[0]
+    assert fed.shape == (2, 29)
+    torch.testing.assert_close(fed[:, :27], policy_obs[:, 4:31])
+    waypoint = fed[:, 27:] + policy_obs[:, 0:2]  # a cell centre (minus < 0.1 m of jitter) or the goal itself
+    centres = torch.from_numpy(np.asarray(env.task.maze.goals, np.float32))
+    near_centre = (waypoint[:, None] - centres[None]).abs().amax(dim=-1).min(dim=1).values <= 0.1
+    at_goal = (waypoint - policy_obs[:, 2:4]).norm(dim=-1) < 1e-5
+    assert (near_centre | at_goal).all()
 
 
 def test_antmaze_waypoint_runs_drive_a_goal_reacher(tmp_path):
