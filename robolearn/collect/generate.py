@@ -9,6 +9,7 @@
     robolearn collect env=halfcheetah-v5 kind=medium-replay policy=benchmarks/behaviour/halfcheetah-v5-sac
     robolearn collect behaviour=runs/<run> out=benchmarks/behaviour/halfcheetah-v5-sac  # a behaviour folder
     robolearn collect env=pointmaze-umaze kind=waypoint steps=1000000   # D4RL's maze2d recipe (collect/waypoint.py)
+    robolearn collect env=antmaze-medium kind=diverse policy=<ant-goal checkpoint>  # D4RL's antmaze (waypoint | play)
 
 Kinds (D4RL's recipes): ``random`` (uniform actions), ``medium`` / ``expert`` (a checkpoint's stochastic policy,
 as D4RL sampled its SAC policies; medium is a checkpoint at about 1/3 of the expert's normalised score: pick it
@@ -20,7 +21,9 @@ reference controller is commanded to random open cells, a new one each time it a
 and commanded goals among the maze's decision points: dead ends, junctions, turns). The observations and
 rewards stay those of the task's own goal, so the data is relabelled for it as D4RL's was. ``waypoint`` is D4RL's
 maze2d recipe for the pointmaze-* tasks, as Minari rebuilt it (`robolearn.collect.waypoint`): ``steps`` env steps of
-a noisy waypoint controller sent to goal after goal, cut into an episode at each goal reached.
+a noisy waypoint controller sent to goal after goal, cut into an episode at each goal reached. On the D4RL ant mazes
+(antmaze-*) ``waypoint``, ``diverse`` and ``play`` are D4RL's antmaze recipe instead: a goal reacher (``policy=``)
+steered by the waypoints through 1000-step episodes from the layout's start or any cell, to its goal or any cell.
 ``pixels.enabled=true``
 (``pixels.camera``, ``pixels.width``, ``pixels.height``) adds the camera's frames as a ``pixels`` observation
 group (uint8 [H, W, 3]; LeRobot exports them as mp4).
@@ -128,8 +131,9 @@ class CollectConfig:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ConfigError(f"collect kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        antmaze = waypoint.is_antmaze_recipe(self.env.name, self.kind)
         if self.noise is None:
-            self.noise = waypoint.default_noise(self.env.name) if self.kind == "waypoint" else 0.0
+            self.noise = waypoint.default_noise(self.env.name) if self.kind == "waypoint" or antmaze else 0.0
         if self.noise < 0:
             raise ConfigError(f"collect noise must be >= 0, got {self.noise}")
         if self.kind == "waypoint" and not self.policy:
@@ -386,21 +390,26 @@ def collect(cfg: CollectConfig) -> Dataset:
         return Dataset.from_episodes(episodes, {k: v for k, v in meta.items() if v is not None},
                                      source=f"replay buffer of {cfg.policy}")
     env_cfg = dataclasses.asdict(cfg.env)
-    if cfg.kind in GOAL_KINDS:
+    antmaze = waypoint.is_antmaze_recipe(cfg.env.name, cfg.kind)  # D4RL's antmaze episodes (collect/waypoint.py)
+    if cfg.kind in GOAL_KINDS and not antmaze:
         from sim.tasks import spec
 
+        if cfg.env.name.startswith("pointmaze-"):
+            raise ConfigError(f"collect kind={cfg.kind} on {cfg.env.name}: Minari's pointmaze data is kind=waypoint")
         if not hasattr(spec(cfg.env.name).task_class(), "goal_obs"):
             raise ConfigError(f"collect kind={cfg.kind} is for the mazes (point-maze-*, ant-maze-*), "
                               f"not {cfg.env.name}")
         env_cfg["overrides"] = {**env_cfg["overrides"], "start": "random" if cfg.kind == "diverse" else "play"}
     recorded_env = None  # the env the dataset names, when it is not the one collected in
-    if cfg.kind == "waypoint":
+    if cfg.kind == "waypoint" or antmaze:
         if cfg.policy != "waypoint" and not waypoint.is_ant(cfg.env.name):
             raise ConfigError(f"collect kind=waypoint plays D4RL's waypoint controller on {cfg.env.name}; "
                               f"policy={cfg.policy} is not taken (antmaze-* take the goal reacher it steers)")
         recorded_env = {**env_cfg, "overrides": dict(env_cfg["overrides"])}
-        env_cfg["overrides"] = {**env_cfg["overrides"], **waypoint.collection_overrides(cfg.env.name, cfg.steps,
-                                                                                         cfg.env.num_envs)}
+        collection = waypoint.collection_overrides(cfg.env.name, cfg.steps, cfg.env.num_envs, cfg.kind)
+        if antmaze and "episode_length" in env_cfg["overrides"]:  # shorter antmaze episodes than D4RL's (tests)
+            del collection["episode_length"]
+        env_cfg["overrides"] = {**env_cfg["overrides"], **collection}
     pixels = cfg.pixels
     env = make_env(env_cfg, cfg.seed, pixels={"camera": pixels.camera, "width": pixels.width, "height": pixels.height,
                                               "effects": pixels.effects} if pixels.enabled else None)
@@ -412,6 +421,9 @@ def collect(cfg: CollectConfig) -> Dataset:
         elif cfg.kind in ("medium", "expert"):
             actor = policy_actor(cfg.policy, env, cfg.seed, cfg.noise)
             episodes = rollout(env, actor, cfg.episodes, cfg.progress, cfg.kind, cfg.transitions)
+        elif antmaze:  # D4RL's 1000-step episodes, each env's one after another up to `steps` in all
+            episodes = rollout(env, waypoint.waypoint_actor(env, cfg.noise, cfg.seed, cfg.policy), cfg.episodes,
+                               cfg.progress, cfg.kind, transitions=cfg.steps)
         elif cfg.kind in GOAL_KINDS:
             actor = goal_actor(policy_actor(cfg.policy, env, cfg.seed, cfg.noise), env, cfg.kind, cfg.seed)
             episodes = rollout(env, actor, cfg.episodes, cfg.progress, cfg.kind)

@@ -158,8 +158,9 @@ def run_suite(cfg: CollectConfig) -> Path:
                               env_overrides=behaviour["env_overrides"])
             continue
         untrained = [k for k in t.kinds if k not in TRAINED_KINDS]  # first: a training run may use them
-        for kind in untrained:  # waypoint: the expert names antmaze's goal reacher ("reference": the registry's)
-            policy = t.expert if kind == "expert" or (kind == "waypoint" and t.expert != "reference") else None
+        for kind in untrained:  # the maze kinds: the expert names antmaze's goal reacher ("reference": the registry's)
+            goal_kind = kind in ("waypoint", "diverse", "play") and t.expert != "reference"
+            policy = t.expert if kind == "expert" or goal_kind else None
             _collect_kind(t, kind, policy, out, fmt, seed, (lo, hi), cfg.progress, record, record_path)
         if len(untrained) < len(t.kinds):
             policies = train_behaviour(t, out / "_train" / t.task, seed, record, cfg.progress, out)

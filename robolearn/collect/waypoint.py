@@ -15,10 +15,12 @@ offline training evaluates where D4RL does, and D4RL's maze2d reference returns 
 The antmaze-* tasks take Minari's antmaze controller (its minari-dataset-generation-scripts, after D4RL's
 `create_navigation_policy`): a goal-reaching ant policy (`policy=`, a checkpoint trained on `ant-goal`) fed the next
 waypoint of a shortest cell path (`Waypoints`: each waypoint a cell centre moved by -U(0, 0.1) m per coordinate,
-passed within 0.45 m; the goal itself once its cell is next), its sampled actions plus N(0, 0.2^2). The runs here
-are still the maze2d recipe above (any open cell a goal, one long run cut at each goal). D4RL's antmaze files were
-made otherwise: 1000-step episodes, and fixed or random starts and goals per dataset (umaze fixed / fixed,
-*-diverse random / random, *-play random starts to a set of goals); that suite is still to be written.
+passed within 0.45 m; the goal itself once its cell is next), its sampled actions plus N(0, 0.2^2). The episodes are
+D4RL's antmaze ones (its scripts/generation/generate_ant_maze_datasets.py): 1000 steps each, nothing cut at the goal,
+`steps` transitions in all, and the kind says where they start and what they are sent to (D4RL's multi_start /
+multigoal flags): ``waypoint`` the layout's start to its goal (antmaze-umaze-v0's data), ``diverse`` any open cell
+to any open cell (*-diverse), ``play`` any open cell to the layout's goal (*-play). Observations and rewards are
+those of the commanded goal; the dataset names the evaluation task.
 """
 
 from __future__ import annotations
@@ -54,16 +56,34 @@ def is_ant(task: str) -> bool:
     return issubclass(cls, D4RLAntMaze)
 
 
+def is_antmaze_recipe(task: str, kind: str) -> bool:
+    """Whether (`task`, `kind`) is D4RL's antmaze recipe (by name: config validation imports no task)."""
+    return task.startswith("antmaze-") and kind in ANTMAZE_KINDS
+
+
 def default_noise(task: str) -> float:
-    """Minari's action noise for the task's controller (by name: config validation imports no task)."""
+    """Minari's action noise for the task's controller (by name)."""
     return ANT_WAYPOINT_NOISE if task.startswith("antmaze-") else WAYPOINT_NOISE
 
 
-def collection_overrides(task: str, steps: int, num_envs: int) -> dict[str, Any]:
-    """The task options of the collection runs: any open cell a goal, a new goal on arrival, one long episode."""
-    is_ant(task)  # raises for other tasks
+#: D4RL's antmaze collection episodes (max_episode_steps).
+ANTMAZE_EPISODE = 1000
+#: The kinds of D4RL's antmaze recipe: where episodes start and what the ant is sent to.
+ANTMAZE_KINDS = {"waypoint": {}, "diverse": {"any_goal": True}, "play": {"any_start": True}}
+
+
+def collection_overrides(task: str, steps: int, num_envs: int, kind: str = "waypoint") -> dict[str, Any]:
+    """The task options of the collection runs. Point mazes (maze2d): any open cell a goal, a new goal on arrival,
+    one long episode per env. Ant mazes: D4RL's 1000-step episodes, started and sent as `kind` says."""
+    ant = is_ant(task)  # raises for other tasks
     if steps < 1:
         raise ConfigError(f"collect steps must be >= 1, got {steps}")
+    if ant:
+        if kind not in ANTMAZE_KINDS:
+            raise ConfigError(f"antmaze datasets are kind {', '.join(ANTMAZE_KINDS)}, not {kind}")
+        return {**ANTMAZE_KINDS[kind], "continuing_task": True, "episode_length": ANTMAZE_EPISODE}
+    if kind != "waypoint":
+        raise ConfigError(f"pointmaze datasets are kind=waypoint (Minari's maze2d recipe), not {kind}")
     return {"any_goal": True, "reset_target": True, "continuing_task": True,
             "episode_length": math.ceil(steps / num_envs)}
 

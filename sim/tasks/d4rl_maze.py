@@ -228,6 +228,9 @@ class D4RLMazeConfig(TaskConfig):
     #: Every open cell a goal and a start, whatever the layout marks: gymnasium-robotics' default maps, in which
     #: Minari collected the pointmaze datasets. False: the layout's goal ('g') and reset ('r') cells.
     any_goal: bool = False
+    #: Every open cell a start, the goals those the layout marks: D4RL's antmaze "play" collection (multi_start
+    #: without multigoal). Not a gymnasium-robotics option (a map whose open cells are all 'r' but the 'g' one).
+    any_start: bool = False
     layouts: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def validate(self) -> None:
@@ -253,7 +256,10 @@ class D4RLMaze(Task):
 
     def __init__(self, config: D4RLMazeConfig | None = None, name: str | None = None):
         super().__init__(config, name)
-        self.maze = Maze.parse(self.cfg.layouts[self.cfg.layout], self.scaling, self.cfg.any_goal)
+        rows = self.cfg.layouts[self.cfg.layout]
+        self.maze = Maze.parse(rows, self.scaling, self.cfg.any_goal)
+        if self.cfg.any_start:
+            self.maze = dataclasses.replace(self.maze, resets=Maze.parse(rows, self.scaling, any_goal=True).resets)
         self.cell_size = self.scaling
 
     def agent_xml(self) -> str:

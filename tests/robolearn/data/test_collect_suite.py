@@ -121,6 +121,10 @@ def test_suite_errors(tmp_path):
     name, settings, tasks = load_suite("d4rl-like")
     assert name == "d4rl-like" and {t.task for t in tasks} >= {"cheetah-run", "walker-walk", "ant-velocity",
                                                                 "arm-pick-place", "point-maze-large", "ant-maze-large"}
+    name, settings, tasks = load_suite("antmaze")  # D4RL's six antmaze datasets
+    assert sorted(f"{t.task}-{k}" for t in tasks for k in t.kinds) == [
+        "antmaze-large-diverse", "antmaze-large-play", "antmaze-medium-diverse", "antmaze-medium-play",
+        "antmaze-umaze-diverse", "antmaze-umaze-waypoint"]
 
 
 def test_tasks_picks_part_of_a_suite_and_names_unknown_ones(tmp_path, capsys):

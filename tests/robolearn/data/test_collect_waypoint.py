@@ -52,6 +52,8 @@ def test_waypoint_refuses_other_tasks_and_policies():
     with pytest.raises(ConfigError, match="waypoint controller"):
         collect(CollectConfig(env=EnvConfig(name="pointmaze-umaze", num_envs=2), kind="waypoint", steps=10,
                               policy="reference", progress=False))
+    with pytest.raises(ConfigError, match="pointmaze data is kind=waypoint"):
+        collect(CollectConfig(env=EnvConfig(name="pointmaze-umaze", num_envs=2), kind="diverse", progress=False))
 
 
 @pytest.mark.parametrize("layout", ["umaze", "medium", "large"])
@@ -128,23 +130,40 @@ def test_antmaze_waypoints_feed_the_reacher_the_ant_and_its_waypoint(monkeypatch
     assert (near_centre | at_goal).all()
 
 
-def test_antmaze_waypoint_runs_drive_a_goal_reacher(tmp_path):
-    """kind=waypoint on antmaze-*: the goal reacher checkpoint (trained on ant-goal; here a few updates) acts on the
-    ant's 27 entries plus the waypoint relative to the torso, with Minari's noise 0.2; other policies are refused."""
+def test_antmaze_datasets_drive_a_goal_reacher_through_d4rls_episodes(tmp_path):
+    """D4RL's antmaze recipe: the goal reacher checkpoint (trained on ant-goal; here a few updates) steered through
+    whole episodes (D4RL's 1000 steps; 50 here), `steps` transitions, with Minari's noise 0.2: kind=waypoint from the
+    layout's start to its goal, diverse from any cell to any cell, play from any cell to the layout's goal. The data
+    names the evaluation task; other policies are refused."""
     from robolearn.commands.cli import main
 
     run = tmp_path / "reacher"
     assert main(["train", "env=ant-goal", "algo=sac", f"run_dir={run}", "progress=false", "video=false",
                  "runner.env_steps=100", "algo.learning_starts=50", "algo.batch_size=16", "env.num_envs=2",
                  "algo.actor_hidden=[16]", "algo.critic_hidden=[16]", "runner.steps_per_iteration=25"]) == 0
-    cfg = CollectConfig(env=EnvConfig(name="antmaze-umaze", num_envs=2), kind="waypoint", steps=200,
-                        policy=str(run / "checkpoints" / "final"), ref_min_score=0.0, ref_max_score=1.0,
-                        progress=False)
-    data = collect(cfg)
-    meta = data.metadata
-    assert data.num_steps == 200 and meta["noise"] == 0.2 and meta["policy"].endswith("final")
-    assert meta["collected_in"]["overrides"]["any_goal"] and meta["env"]["name"] == "antmaze-umaze"
-    assert np.abs(data.actions).max() <= 1.0 and data.actions.std() > 0.1
+    reacher = str(run / "checkpoints" / "final")
+    starts, goals = {}, {}
+    for kind in ("waypoint", "diverse", "play"):
+        cfg = CollectConfig(env=EnvConfig(name="antmaze-umaze", num_envs=4, overrides={"episode_length": 50}),
+                            kind=kind, steps=400, policy=reacher, ref_min_score=0.0, ref_max_score=1.0,
+                            progress=False)
+        data = collect(cfg)
+        meta = data.metadata
+        assert data.num_steps == 400 and data.num_episodes == 8 and (data.lengths == 50).all()
+        assert meta["noise"] == 0.2 and meta["env"]["name"] == "antmaze-umaze"
+        assert meta["collected_in"]["overrides"] == {"episode_length": 50, "continuing_task": True,
+                                                     **{"diverse": {"any_goal": True},
+                                                        "play": {"any_start": True}}.get(kind, {})}
+        assert np.abs(data.actions).max() <= 1.0 and data.actions.std() > 0.1
+        first = np.stack([e.observations["policy"][0] for e in data.episodes()])
+        starts[kind], goals[kind] = first[:, 0:2], first[:, 2:4]
+    # the layout's start cell (bottom left, +-1 m of noise) and goal cell (top left); elsewhere for diverse / play
+    fixed_start, fixed_goal = np.array([-4.0, -4.0]), np.array([-4.0, 4.0])
+    assert (np.abs(starts["waypoint"] - fixed_start).max(1) <= 1.0).all()
+    assert (np.abs(goals["waypoint"] - fixed_goal).max(1) <= 1.0).all()
+    assert (np.abs(goals["play"] - fixed_goal).max(1) <= 1.0).all()
+    assert (np.abs(starts["play"] - fixed_start).max(1) > 1.0).any()
+    assert (np.abs(goals["diverse"] - fixed_goal).max(1) > 1.0).any()
     with pytest.raises(ConfigError, match="goal reacher"):
         collect(CollectConfig(env=EnvConfig(name="antmaze-umaze", num_envs=2), kind="waypoint", steps=10,
                               progress=False))
