@@ -127,13 +127,18 @@ def _ant_controller(env: Any, reacher: Any, seed: int) -> Callable[[torch.Tensor
     if (obs_dim is not None and obs_dim != REACHER_OBS) or (trained_on is not None and trained_on != "ant-goal"):
         raise ConfigError(f"policy={reacher} was trained on {trained_on} ({obs_dim} observation entries): the "
                           f"waypoints steer a goal reacher trained on ant-goal ({REACHER_OBS})")
+    from sim.tasks.ant_goal import goal_offset
+
+    frame = ((policy.run.get("env") or {}).get("overrides") or {}).get("goal_frame", "torso")
     maze = env.task.maze
     waypoints = Waypoints(maze.rows, maze.scaling, env.num_envs, seed + 4)
 
     def control(obs: torch.Tensor) -> torch.Tensor:
         xy = obs[:, 0:2]
         target = waypoints(xy, obs[:, 2:4])
-        return policy({"policy": torch.cat([obs[:, 4:], target - xy], dim=-1)}).cpu()
+        # the ant's 27 entries start with torso z, then its quaternion; the offset as ant-goal observes it
+        offset = torch.tensor(np.asarray(goal_offset(obs[:, 5:9].numpy(), (target - xy).numpy(), frame)))
+        return policy({"policy": torch.cat([obs[:, 4:], offset.float()], dim=-1)}).cpu()
 
     return control
 

@@ -21,6 +21,21 @@ from sim.tasks.mujoco_v5 import Ant, AntConfig
 Array = jax.Array
 
 
+GOAL_FRAMES = ("torso", "world")
+
+
+def goal_offset(quaternion: Array, offset: Array, frame: str) -> Array:
+    """The observed goal offset: `offset` (goal minus torso x, y; [..., 2]) as is ("world"), or turned by minus the
+    torso's heading, the yaw of its orientation `quaternion` (w, x, y, z; [..., 4]) ("torso"). Plain jnp on the last
+    axis, so collectors feed a reacher the same numbers from antmaze's observation."""
+    if frame == "world":
+        return offset
+    w, x, y, z = (quaternion[..., i] for i in range(4))
+    yaw = jnp.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+    c, s = jnp.cos(yaw), jnp.sin(yaw)
+    return jnp.stack([c * offset[..., 0] + s * offset[..., 1], -s * offset[..., 0] + c * offset[..., 1]], axis=-1)
+
+
 @dataclasses.dataclass(frozen=True)
 class AntGoalConfig(AntConfig):
     #: Weight of the speed towards the goal (m/s); Minari's GoalReachAnt scales it 10x, as turning makes it slow.
@@ -33,6 +48,10 @@ class AntGoalConfig(AntConfig):
     goal_region_radius: float = 10.0
     #: A goal counts as reached within this distance (m) of the torso's x, y; a new one is drawn then.
     goal_threshold: float = 0.3
+    #: The frame of the observed goal offset: "torso" (turned by the torso's heading: the policy learns one
+    #: "walk towards what is ahead" for every direction) or "world" (Minari's; it trained its reacher for tens of
+    #: millions of steps).
+    goal_frame: str = "torso"
 
     def validate(self) -> None:
         super().validate()
@@ -40,6 +59,8 @@ class AntGoalConfig(AntConfig):
             raise ConfigError("ant-goal observes what antmaze's ant does (no x, y, no contact forces) plus the goal: "
                               "exclude_current_positions_from_observation and include_cfrc_ext_in_observation are "
                               "fixed")
+        if self.goal_frame not in GOAL_FRAMES:
+            raise ConfigError(f"goal_frame must be one of {GOAL_FRAMES}, got {self.goal_frame!r}")
         if self.goal_region_radius <= 0 or self.goal_threshold <= 0:
             raise ConfigError(f"goal_region_radius and goal_threshold must be > 0, got {self.goal_region_radius} and "
                               f"{self.goal_threshold}")
@@ -51,14 +72,16 @@ class AntGoal(Ant):
 
     Observation `"policy"` (29): the antmaze ant's observation (27: torso z, quaternion, 8 joint angles, torso linear
     velocity, angular velocity, 8 joint velocities; Ant-v5's without x, y and contact forces), then the goal minus
-    the torso's x, y (2, world frame): what a waypoint controller feeds with the next waypoint.
+    the torso's x, y (2), turned into the torso's heading (`goal_frame="torso"`, default; "world": as is): what a
+    waypoint controller feeds with the next waypoint (`goal_offset`).
     Action (8): hip and ankle torques in [-1, 1] (times 150), Gymnasium's order.
     Reward terms: `forward` = forward_reward_weight * the torso's x, y velocity over the step projected on the unit
     vector from its start to the goal, `ctrl` = -0.5 * |action|^2, `survive` = 1 while healthy (no contact cost).
     Goals: drawn at angle U(0, 2 pi) and distance 10 * U(0, 1) m from the origin; on arrival within 0.3 m a new one is
     drawn (the episode goes on). Healthy: torso height in [0.2, 1]; an unhealthy ant ends the episode. 1000 steps.
     Initial state: Ant-v5's (reference pose + U(-0.1, 0.1) on qpos, 0.1 * N(0, 1) on qvel).
-    Differences from Minari's GoalReachAnt: a fall ends the episode here (Ant-v5's termination; Minari's continuing
+    Differences from Minari's GoalReachAnt: the goal is observed in the torso's heading frame (Minari's in the world
+    frame; `goal_frame="world"` restores it), a fall ends the episode here (Ant-v5's termination; Minari's continuing
     env only stops at its 1000-step limit, the ant lying where it fell), and the goal's direction is taken from the
     torso's position before the step (Minari's: after it).
     Metric `episode/goals`: goals reached in the episode.
@@ -85,7 +108,8 @@ class AntGoal(Ant):
 
     def observe(self, phys: Physics, info: dict[str, Array]) -> dict[str, Array]:
         ant = jnp.concatenate([phys.qpos[2:], phys.qvel])
-        return {"policy": jnp.concatenate([ant, info["goal"] - self.xy(phys)]).astype(jnp.float32)}
+        offset = goal_offset(phys.qpos[3:7], info["goal"] - self.xy(phys), self.cfg.goal_frame)
+        return {"policy": jnp.concatenate([ant, offset]).astype(jnp.float32)}
 
     def reward_terms(self, phys: Physics, action: Array, info: dict[str, Array]) -> dict[str, Array]:
         to_goal = info["goal"] - info["xy_before"]

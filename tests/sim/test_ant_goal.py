@@ -10,13 +10,13 @@ import sim
 from sim.env import Env
 
 
-def _env() -> Env:
-    task = sim.make_task("ant-goal")
+def _env(**overrides) -> Env:
+    task = sim.make_task("ant-goal", **overrides)
     return Env(task, sim.make_backend(task, "mujoco"))
 
 
 def test_observation_reward_and_goals():
-    env = _env()
+    env = _env(goal_frame="world")
     reset, step = jax.jit(env.reset), jax.jit(env.step)
     state = reset(jax.random.PRNGKey(0))
     obs = np.asarray(state.obs["policy"])
@@ -64,3 +64,20 @@ def test_the_antmaze_observation_is_fixed():
                 {"goal_threshold": 0.0}):
         with pytest.raises(ConfigError):
             sim.make_task("ant-goal", **bad)
+
+
+def test_the_goal_is_observed_in_the_torsos_heading():
+    """goal_frame="torso" (default): the offset turned by minus the torso's yaw; a torso turned +90 degrees sees a goal
+    due east (+x) on its right (-y)."""
+    from sim.tasks.ant_goal import goal_offset
+
+    quarter = np.array([np.cos(np.pi / 4), 0.0, 0.0, np.sin(np.pi / 4)])  # yaw +90 degrees about z
+    np.testing.assert_allclose(np.asarray(goal_offset(quarter, np.array([1.0, 0.0]), "torso")), [0.0, -1.0],
+                               atol=1e-6)
+    np.testing.assert_allclose(np.asarray(goal_offset(quarter, np.array([1.0, 0.0]), "world")), [1.0, 0.0])
+    env = _env()
+    state = jax.jit(env.reset)(jax.random.PRNGKey(3))
+    qpos = np.asarray(env.backend.view(state.data).qpos)
+    world = np.asarray(state.info["goal"] - state.info["xy_before"])
+    np.testing.assert_allclose(np.asarray(state.obs["policy"][-2:]), np.asarray(goal_offset(qpos[3:7], world,
+                                                                                          "torso")), atol=1e-5)
