@@ -120,8 +120,9 @@ def _ant_controller(env: Any, reacher: Any, seed: int) -> Callable[[torch.Tensor
 
         reacher = spec("ant-goal").checkpoint_path()
     if not reacher:
-        raise ConfigError("collect kind=waypoint on antmaze-* needs policy=<goal reacher checkpoint>: a policy trained "
-                          "on ant-goal (`robolearn train env=ant-goal algo=sac`), which the waypoints steer")
+        raise ConfigError("antmaze-* datasets (kind=waypoint, diverse, play) need policy=<goal reacher checkpoint>: a "
+                          "policy trained on ant-goal (`robolearn train env=ant-goal algo=sac`), which the waypoints "
+                          "steer (ant-goal has no registered reacher yet)")
     policy = load_policy(reacher, mode="sample", seed=seed)
     obs_dim, trained_on = policy.policy_config.get("obs_dim"), (policy.run.get("env") or {}).get("name")
     if (obs_dim is not None and obs_dim != REACHER_OBS) or (trained_on is not None and trained_on != "ant-goal"):
