@@ -1,0 +1,35 @@
+#!/bin/bash
+# The long CPU jobs behind the standard offline benchmarks (issues 33 and 35), resumable across sessions: start it at a
+# session's beginning (`nohup bash benchmarks/studies/standard_offline_background.sh > runs/background.log 2>&1 &`).
+# Each job resumes where the last session stopped (training runs from their checkpoints, the bench from its finished
+# cells and packs) and runs at idle priority (`chrt -i 0`: `nice` does not hold across sessions' autogroups).
+#   1. the antmaze goal reacher: SAC on ant-goal, 3M env steps at most, snapshots every 100K (docs/offline-rl.md);
+#   2. ant-v5's behaviour run for the mujoco-v5 suite (1M env steps, snapshots every 50K), after the reacher;
+#   3. the v5 fidelity bench (BC, TD3+BC, IQL; 100K steps, 3 seeds packed), dataset by dataset as the suite has it.
+# The suite's datasets regenerate from the committed behaviour folders: `robolearn collect suite=mujoco-v5
+# "tasks=[halfcheetah-v5,hopper-v5,walker2d-v5]"` (about 25 minutes beside these jobs).
+set -u
+cd "$(dirname "$0")/../.."
+mkdir -p runs/behaviour
+train() {  # train <run dir> <overrides...>: resume the run if it has a checkpoint, else start it
+  local run=$1; shift
+  if [ -f "$run/checkpoints/latest/config.json" ]; then
+    set -- "resume=$run"
+  else
+    set -- "$@" "run_dir=$run" checkpoint_interval=25 video=false progress=false
+  fi
+  OMP_NUM_THREADS=1 chrt -i 0 .venv/bin/robolearn train "$@"
+}
+(
+  train runs/behaviour/ant-goal-sac env=ant-goal algo=sac seed=0 algo.compile=true runner.env_steps=3000000 \
+    runner.snapshot_every=100000 runner.eval_every=50000
+  train runs/behaviour/ant-v5-sac env=ant-v5 algo=sac seed=0 algo.compile=true runner.env_steps=1000000 \
+    runner.snapshot_every=50000 runner.eval_every=50000
+) >> runs/behaviour/background.log 2>&1 &
+for d in halfcheetah-v5-medium halfcheetah-v5-medium-expert halfcheetah-v5-medium-replay hopper-v5-medium \
+         hopper-v5-medium-expert hopper-v5-medium-replay; do
+  until grep -q "\"$d-v0\"" data/mujoco-v5/suite.json 2>/dev/null; do sleep 60; done
+  OMP_NUM_THREADS=1 chrt -i 0 .venv/bin/robolearn bench suite=offline-fidelity-v5 pack_seeds=true workers=1 \
+    "algos=[bc,td3_bc,iql]" "datasets=[$d]" out=runs/offline_fidelity_v5
+done
+wait
