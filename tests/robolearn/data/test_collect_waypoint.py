@@ -138,8 +138,9 @@ def test_antmaze_waypoints_feed_the_reacher_the_ant_and_its_waypoint(monkeypatch
 def test_antmaze_datasets_drive_a_goal_reacher_through_d4rls_episodes(tmp_path):
     """D4RL's antmaze recipe: the goal reacher checkpoint (trained on ant-goal; here a few updates) steered through
     whole episodes (D4RL's 1000 steps; 50 here), `steps` transitions, with Minari's noise 0.2: kind=waypoint from the
-    layout's start to its goal, diverse from any cell to any cell, play from any cell to the layout's goal. The data
-    names the evaluation task; other policies are refused."""
+    layout's start to its goal, diverse from any cell to any cell (play, any cell to the layout's goal, is the task
+    option any_start: `test_play_starts_anywhere_and_goes_to_the_layouts_goal`). The data names the evaluation task;
+    other policies are refused."""
     from robolearn.commands.cli import main
 
     run = tmp_path / "reacher"
@@ -148,7 +149,7 @@ def test_antmaze_datasets_drive_a_goal_reacher_through_d4rls_episodes(tmp_path):
                  "algo.actor_hidden=[16]", "algo.critic_hidden=[16]", "runner.steps_per_iteration=25"]) == 0
     reacher = str(run / "checkpoints" / "final")
     starts, goals = {}, {}
-    for kind in ("waypoint", "diverse", "play"):
+    for kind in ("waypoint", "diverse"):
         cfg = CollectConfig(env=EnvConfig(name="antmaze-umaze", num_envs=4, overrides={"episode_length": 50}),
                             kind=kind, steps=400, policy=reacher, ref_min_score=0.0, ref_max_score=1.0,
                             progress=False)
@@ -157,18 +158,14 @@ def test_antmaze_datasets_drive_a_goal_reacher_through_d4rls_episodes(tmp_path):
         assert data.num_steps == 400 and data.num_episodes == 8 and (data.lengths == 50).all()
         assert meta["noise"] == 0.2 and meta["env"]["name"] == "antmaze-umaze"
         assert meta["collected_in"]["overrides"] == {"episode_length": 50, "continuing_task": True,
-                                                     **{"diverse": {"any_goal": True},
-                                                        "play": {"any_start": True}}.get(kind, {})}
+                                                     **({"any_goal": True} if kind == "diverse" else {})}
         assert np.abs(data.actions).max() <= 1.0 and data.actions.std() > 0.1
         first = np.stack([e.observations["policy"][0] for e in data.episodes()])
         starts[kind], goals[kind] = first[:, 0:2], first[:, 2:4]
-    # the layout's start cell (bottom left, +-1 m of noise) and goal cell (top left); elsewhere for diverse / play
-    fixed_start, fixed_goal = np.array([-4.0, -4.0]), np.array([-4.0, 4.0])
-    assert (np.abs(starts["waypoint"] - fixed_start).max(1) <= 1.0).all()
-    assert (np.abs(goals["waypoint"] - fixed_goal).max(1) <= 1.0).all()
-    assert (np.abs(goals["play"] - fixed_goal).max(1) <= 1.0).all()
-    assert (np.abs(starts["play"] - fixed_start).max(1) > 1.0).any()
-    assert (np.abs(goals["diverse"] - fixed_goal).max(1) > 1.0).any()
+    # the layout's start cell (bottom left, +-1 m of noise) and goal cell (top left); anywhere for diverse
+    assert (np.abs(starts["waypoint"] - [-4.0, -4.0]).max(1) <= 1.0).all()
+    assert (np.abs(goals["waypoint"] - [-4.0, 4.0]).max(1) <= 1.0).all()
+    assert (np.abs(goals["diverse"] - [-4.0, 4.0]).max(1) > 1.0).any()
     with pytest.raises(ConfigError, match="goal reacher"):
         collect(CollectConfig(env=EnvConfig(name="antmaze-umaze", num_envs=2), kind="waypoint", steps=10,
                               progress=False))
@@ -180,3 +177,21 @@ def test_antmaze_datasets_drive_a_goal_reacher_through_d4rls_episodes(tmp_path):
     with pytest.raises(ConfigError, match="ant-goal"):
         collect(CollectConfig(env=EnvConfig(name="antmaze-umaze", num_envs=2), kind="waypoint", steps=10,
                               policy=str(pendulum / "checkpoints" / "final"), progress=False))
+
+
+def test_play_starts_anywhere_and_goes_to_the_layouts_goal():
+    """any_start (D4RL's antmaze-play collection, kind=play): episodes begin in every open cell but the goal's, the
+    goal stays the layout's."""
+    import jax
+
+    import sim
+    from robolearn.collect.waypoint import collection_overrides
+
+    overrides = collection_overrides("antmaze-medium", 1000, 1, "play")
+    assert overrides == {"any_start": True, "continuing_task": True, "episode_length": 1000}
+    task = sim.make_task("antmaze-medium", **overrides)
+    qpos, _, info = jax.vmap(task.init)(jax.random.split(jax.random.PRNGKey(0), 2000))
+    cells = {tuple(np.round((np.asarray(xy) + 16) / 4 - 0.5).astype(int)) for xy in np.asarray(qpos[:, :2])}
+    open_cells = sum(row.count(".") + row.count("r") + row.count("g") for row in task.maze.rows)
+    assert len(cells) == open_cells - 1  # all but the goal's cell (starts are drawn away from the goal)
+    assert np.abs(np.asarray(info["goal"]) - [10.0, -10.0]).max() <= 1.0  # the layout's goal, bottom right
