@@ -31,7 +31,8 @@ def goal_offset(quaternion: Array, offset: Array, frame: str) -> Array:
     if frame == "world":
         return offset
     w, x, y, z = (quaternion[..., i] for i in range(4))
-    yaw = jnp.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+    # the heading of the rotated x axis; exact for quaternions of any norm (a reset's noisy one is not normalised)
+    yaw = jnp.arctan2(2 * (w * z + x * y), w * w + x * x - y * y - z * z)
     c, s = jnp.cos(yaw), jnp.sin(yaw)
     return jnp.stack([c * offset[..., 0] + s * offset[..., 1], -s * offset[..., 0] + c * offset[..., 1]], axis=-1)
 
