@@ -299,8 +299,7 @@ def policy_actor(path: str, env: Any, seed: int, noise: float = 0.0) -> Actor:
         if fn is not None:
             policy = Policy(fn, "scripted", policy_config={"function": f"reference of {env.task.name}"})
         elif task.reference_checkpoint:
-            policy = load_policy(task.checkpoint_path(), mode="sample",
-                                 seed=seed)
+            policy = load_policy(task.checkpoint_path(), mode="sample", seed=seed)
         else:
             raise ConfigError(f"task {env.task.name} has no reference controller; give policy=<checkpoint>")
     else:

@@ -128,9 +128,9 @@ def _ant_controller(env: Any, reacher: Any, seed: int) -> Callable[[torch.Tensor
     if (obs_dim is not None and obs_dim != REACHER_OBS) or (trained_on is not None and trained_on != "ant-goal"):
         raise ConfigError(f"policy={reacher} was trained on {trained_on} ({obs_dim} observation entries): the "
                           f"waypoints steer a goal reacher trained on ant-goal ({REACHER_OBS})")
-    from sim.tasks.ant_goal import goal_offset
+    from sim.tasks.ant_goal import AntGoalConfig, goal_offset
 
-    frame = ((policy.run.get("env") or {}).get("overrides") or {}).get("goal_frame", "torso")
+    frame = ((policy.run.get("env") or {}).get("overrides") or {}).get("goal_frame", AntGoalConfig.goal_frame)
     maze = env.task.maze
     waypoints = Waypoints(maze.rows, maze.scaling, env.num_envs, seed + 4)
 
@@ -152,12 +152,14 @@ class Waypoints:
 
     def __init__(self, rows: tuple[str, ...], scaling: float, num_envs: int, seed: int,
                  threshold: float = WAYPOINT_THRESHOLD, jitter: float = WAYPOINT_JITTER):
-        from sim.tasks.maze import next_hops
+        from sim.tasks.maze import cell_center, next_hops
 
         layout = ["".join("#" if ch == "#" else "." for ch in row) for row in rows]
         index, hop = next_hops(layout)
         self.index, self.hop = torch.from_numpy(index), torch.from_numpy(hop)  # [R, C], [G, R, C, 2]
         self.shape, self.scaling = (len(layout), len(layout[0])), scaling
+        self.centers = scaling * torch.tensor([[cell_center(r, c, layout) for c in range(self.shape[1])]
+                                               for r in range(self.shape[0])])  # [R, C, 2]
         self.threshold, self.jitter = threshold, jitter
         self.cell = torch.zeros(num_envs, 2, dtype=torch.long)  # the waypoint's cell (row, col)
         self.point = torch.zeros(num_envs, 2)                   # its jittered centre
@@ -172,17 +174,13 @@ class Waypoints:
         row = torch.floor((rows * s / 2 - xy[:, 1]) / s).long().clamp(0, rows - 1)
         return torch.stack([row, col], dim=-1)
 
-    def center(self, cell: torch.Tensor) -> torch.Tensor:
-        (rows, cols), s = self.shape, self.scaling
-        return s * torch.stack([cell[:, 1] - (cols - 1) / 2, (rows - 1) / 2 - cell[:, 0]], dim=-1).float()
-
     def _next(self, goal_index: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
         return self.hop[goal_index, cell[:, 0], cell[:, 1]]
 
     def _move(self, which: torch.Tensor, cell: torch.Tensor) -> None:
         jitter = self.jitter * torch.rand(cell.shape, generator=self.gen)
         self.cell = torch.where(which[:, None], cell, self.cell)
-        self.point = torch.where(which[:, None], self.center(cell) - jitter, self.point)
+        self.point = torch.where(which[:, None], self.centers[cell[:, 0], cell[:, 1]] - jitter, self.point)
 
     def __call__(self, xy: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
         """The point each env's agent at `xy` (N, 2) heads for to reach `goal` (N, 2). A goal outside the open cells
