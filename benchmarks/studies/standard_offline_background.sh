@@ -6,20 +6,44 @@
 #   1. the antmaze goal reacher: SAC on ant-goal, 3M env steps at most, snapshots every 100K (docs/offline-rl.md);
 #   2. ant-v5's behaviour run for the mujoco-v5 suite (1M env steps, snapshots every 50K), after the reacher;
 #   3. the v5 fidelity bench (BC, TD3+BC, IQL; 100K steps, 3 seeds packed), dataset by dataset as the suite has it.
-# The suite's datasets regenerate from the committed behaviour folders: `robolearn collect suite=mujoco-v5
-# "tasks=[halfcheetah-v5,hopper-v5,walker2d-v5]"` (about 25 minutes beside these jobs).
+# The suite's datasets regenerate first when data/mujoco-v5 is missing, from the committed behaviour folders (about 25
+# minutes beside these jobs).
+# A machine reset takes runs/ with it (it has happened): every 10 minutes `keep` copies a training run's networks (its
+# latest checkpoint without buffer and optimizer state, about 2 MB) and its policy snapshots into the tracked
+# benchmarks/behaviour/in-progress/<run>/, for the session to commit; a run whose folder is gone starts again from those networks
+# (`init=`, an empty buffer) instead of from scratch.
 set -u
 cd "$(dirname "$0")/../.."
 mkdir -p runs/behaviour
 train() {  # train <run dir> <overrides...>: resume the run if it has a checkpoint, else start it
   local run=$1; shift
+  local kept=benchmarks/behaviour/in-progress/$(basename "$run")
   if [ -f "$run/checkpoints/latest/config.json" ]; then
     set -- "resume=$run"
+  elif [ -f "$kept/warm/model.safetensors" ]; then  # the earlier life's snapshots move aside: the new one counts from 0
+    [ -d "$kept/snapshots" ] && mv "$kept/snapshots" "$kept/snapshots.$(date +%Y%m%d-%H%M)"
+    set -- "$@" "init=$kept/warm" "run_dir=$run" checkpoint_interval=25 video=false progress=false
   else
     set -- "$@" "run_dir=$run" checkpoint_interval=25 video=false progress=false
   fi
   OMP_NUM_THREADS=1 chrt -i 0 .venv/bin/robolearn train "$@"
 }
+keep() {  # keep <run dir>: every 10 minutes, its networks and snapshots into the tracked folder (see above)
+  local run=$1 dst=benchmarks/behaviour/in-progress/$(basename "$1")
+  while sleep 600; do
+    if [ -f "$run/checkpoints/latest/model.safetensors" ]; then
+      mkdir -p "$dst/warm.tmp" && cp "$run/checkpoints/latest/"{config.json,model.safetensors} "$dst/warm.tmp/" \
+        && rm -rf "$dst/warm" && mv "$dst/warm.tmp" "$dst/warm"
+    fi
+    [ -d "$run/snapshots" ] && cp -r "$run/snapshots" "$dst/"
+  done
+}
+if [ ! -f data/mujoco-v5/suite.json ]; then
+  OMP_NUM_THREADS=1 chrt -i 0 .venv/bin/robolearn collect suite=mujoco-v5 "tasks=[halfcheetah-v5,hopper-v5,walker2d-v5]" \
+    progress=false > runs/collect-mujoco-v5.log 2>&1 &
+fi
+keep runs/behaviour/ant-goal-sac &
+keep runs/behaviour/ant-v5-sac &
 (
   train runs/behaviour/ant-goal-sac env=ant-goal algo=sac seed=0 algo.compile=true runner.env_steps=3000000 \
     runner.snapshot_every=100000 runner.eval_every=50000
