@@ -19,7 +19,7 @@ train: $(STAMP)
 	$(BIN)/robolearn train env=cartpole-swingup
 
 test: $(STAMP)
-	$(BIN)/python -m pytest tests -n 2 --durations=30
+	$(BIN)/python -m pytest tests -n 2 --dist worksteal --durations=30
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
