@@ -20,6 +20,12 @@ ARCHITECTURE = ("actor_hidden", "critic_hidden", "num_critics", "activation", "a
 SHAPING = ("reward_scale", "reward_bias", "gamma")
 
 
+def seed_path(path: str, seed: int) -> str:
+    """`path` with each `{seed}` in it replaced by `seed`: one seed's folder of a seed-batched run (`init=` of
+    `robolearn train seeds=[...]`, a seed's run folder `seed_dir`)."""
+    return path.replace("{seed}", str(int(seed)))
+
+
 def checkpoint_dir(path: str | Path) -> Path:
     """A checkpoint folder from a run directory (its checkpoints/final, else latest) or a checkpoint folder."""
     path = Path(path)

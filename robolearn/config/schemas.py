@@ -62,7 +62,8 @@ class TrainConfig:
     """`robolearn train`: the run (the task and algorithm come from the `env` and `algo` groups)."""
 
     seed: int = 0
-    seeds: list[int] | None = None  # offline: train these seeds in one process, one run each in <run_dir>/seed<k>/
+    seeds: list[int] | None = None  # train these seeds in one process, one run each in <run_dir>/<seed_dir>
+    seed_dir: str = "seed{seed}"    # seeds=: a seed's run folder, relative to run_dir; {seed} is its seed
     device: str = "cpu"             # the learner's torch device; the simulator picks its own (env.backend)
     iterations: int | None = None   # null: env.iterations (PPO), or from runner.env_steps / runner.gradient_steps
     checkpoint_interval: int = 25
@@ -73,7 +74,8 @@ class TrainConfig:
     dataset: str | None = None      # offline algos: a dataset path (any format) or a name under data/; env= defaults
     #                                 to its task. Without it an offline algorithm (but BC) learns online
     init: str | None = None         # warm start: a run (or checkpoint) whose actor, critics and temperature the
-    #                                 learner starts from, its network sizes taken over (`robolearn finetune`)
+    #                                 learner starts from, its network sizes taken over (`robolearn finetune`); a
+    #                                 {seed} in it is the run's seed (seeds=: each seed's, init=runs/x/seed{seed})
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
     algo: Any = None                # filled by the algo group: one of ALGORITHMS' schemas
     runner: RunnerConfig = dataclasses.field(default_factory=lambda: RunnerConfig())

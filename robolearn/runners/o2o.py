@@ -3,6 +3,7 @@ defines them (WSRL, RO2O, Cal-QL, RLPD with prior data, SAC from scratch).
 
     robolearn finetune algo=wsrl dataset=point-maze-umaze-diverse offline_steps=50000 online_steps=100000
     robolearn finetune algo=ro2o checkpoint=runs/<offline ro2o run> online_steps=250000
+    robolearn finetune algo=wsrl dataset=hopper-v5-medium seeds=[0,1,2,3,4]  # 5 seeds in one process
     robolearn train algo=wsrl init=runs/<offline run> env=cheetah-run       # the online phase alone
 
 A method is two `robolearn train` runs in one folder: `<run_dir>/offline` (the offline algorithm on the dataset;
@@ -16,6 +17,11 @@ The online phase evaluates the deterministic policy every `eval_every` env steps
 `<run_dir>/o2o.json` holds the O2O metrics (`o2o_metrics`): the starting score, the initial dip, steps to 90% of
 the final score, the cumulative regret and the final score. Re-running the same command resumes: a finished phase is
 not run again, an interrupted one continues from its last checkpoint (exactly, as `train resume=`).
+
+With `seeds=[...]` both phases are seed-batched `robolearn train seeds=` runs (`robolearn.runners.seeds`: one
+update for all seeds, each seed's numbers its solo run's), and seed k's folder `<run_dir>/seed<k>/` is what a solo
+`seed=k` run writes (offline/, online/, o2o.json); `<run_dir>/offline` and `<run_dir>/online` hold the phases'
+seed-batched configs (what a resume reads).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from robolearn.checkpoints import checkpoint
-from robolearn.checkpoints.warm_start import checkpoint_dir
+from robolearn.checkpoints.warm_start import checkpoint_dir, seed_path
 from robolearn.errors import ConfigError
 from robolearn.eval.o2o import DIP_WINDOW, learning_starts, o2o_metrics, read_curve
 from robolearn.eval.scores import reference_source, task_reference
@@ -58,6 +64,7 @@ class FinetuneConfig:
     eval_every: int = 5000            # online env steps between evaluations
     eval_episodes: int = 10
     seed: int = 0
+    seeds: list[int] | None = None    # these seeds in one process (seed-batched phases), seed k in <run_dir>/seed<k>/
     device: str = "cpu"
     run_dir: str | None = None        # null: runs/<task>-<algo>-finetune-<time>
     progress: bool = True
@@ -129,20 +136,18 @@ def finetune(cfg: FinetuneConfig) -> Path:
                           "and the task none): the O2O metrics need normalised scores")
     out = Path(cfg.run_dir or f"runs/{task}-{cfg.algo}-finetune-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    common = {"seed": cfg.seed, "device": cfg.device, "progress": cfg.progress,
-              **{f"env.overrides.{k}": v for k, v in task_overrides.items()}}
+    seeds = _seeds(cfg)
+    common = {"device": cfg.device, "progress": cfg.progress,
+              **{f"env.overrides.{k}": v for k, v in task_overrides.items()},
+              **({"seed": cfg.seed} if seeds is None else {"seeds": seeds})}
 
-    init = cfg.checkpoint
-    offline_score = None
+    init = cfg.checkpoint  # seeds=: a {seed} in it is each seed's
     if init is None and method.offline is not None:
         steps = cfg.offline_steps if cfg.offline_steps is not None else method.offline_steps
-        _phase(out / "offline", [*method.offline, env_override(task)], cfg.offline, {
+        _phase(out, "offline", seeds, [*method.offline, env_override(task)], cfg.offline, {
             **common, "dataset": dataset, "runner.gradient_steps": steps,
             "runner.log_every": math.gcd(steps, 1000), "video": False})  # logs every 1000 steps when it divides them
-        init = str(out / "offline")
-    if init is not None:  # the offline run's own last evaluation (a checkpoint's run folder is two levels up)
-        offline_curve = read_curve(checkpoint_dir(init).parent.parent)
-        offline_score = offline_curve[-1][1] if offline_curve else None
+        init = str(out / "offline") if seeds is None else str(out / "seed{seed}" / "offline")
     online: dict[str, Any] = {**common, "runner.env_steps": cfg.online_steps, "runner.eval_every": cfg.eval_every,
                               "runner.eval_episodes": cfg.eval_episodes, "video": cfg.video}
     if reference is not None:
@@ -151,36 +156,61 @@ def finetune(cfg: FinetuneConfig) -> Path:
         online["init"] = init
     if method.retain_data:
         online["runner.offline_data"] = str(resolve_dataset(dataset))
-    _phase(out / "online", [*method.online, env_override(task)], cfg.online, online)
-    metrics = o2o_metrics(read_curve(out / "online"), cfg.online_steps, offline_score, learning_starts(out))
-    metrics.update({"algo": cfg.algo, "task": task, "dataset": dataset, "seed": cfg.seed, "init": init})
+    _phase(out, "online", seeds, [*method.online, env_override(task)], cfg.online, online)
     from robolearn.data.dataset import write_json
 
-    write_json(out / "o2o.json", metrics)
-    print(json.dumps(metrics, indent=2))
-    print(f"run directory: {out}")
+    for seed in [cfg.seed] if seeds is None else seeds:  # seed k's folder is a solo run's: offline/, online/, o2o.json
+        folder = out if seeds is None else out / f"seed{seed}"
+        seed_init = None if init is None else seed_path(init, seed)
+        offline_score = None
+        if seed_init is not None:  # the offline run's own last evaluation (a checkpoint's run folder is two levels up)
+            offline_curve = read_curve(checkpoint_dir(seed_init).parent.parent)
+            offline_score = offline_curve[-1][1] if offline_curve else None
+        metrics = o2o_metrics(read_curve(folder / "online"), cfg.online_steps, offline_score, learning_starts(folder))
+        metrics.update({"algo": cfg.algo, "task": task, "dataset": dataset, "seed": seed, "init": seed_init})
+        write_json(folder / "o2o.json", metrics)
+        print(json.dumps(metrics, indent=2))
+    print(f"run directory: {out}" + ("" if seeds is None else f" (seeds {seeds}: seed<k>/)"))
     return out
 
 
-def _phase(run_dir: Path, preset: list[str], user: list[str], values: dict[str, Any]) -> None:
-    """One training run in `run_dir`: skipped when finished (checkpoints/final), resumed when interrupted, else
+def _seeds(cfg: FinetuneConfig) -> list[int] | None:
+    """The seeds of a seed-batched run (`seeds=`), checked; None for one `seed=`."""
+    if cfg.seeds is None:
+        return None
+    seeds = [int(k) for k in cfg.seeds]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds= must list distinct seeds, got {seeds}")
+    return seeds
+
+
+def _phase(out: Path, phase: str, seeds: list[int] | None, preset: list[str], user: list[str],
+           values: dict[str, Any]) -> None:
+    """One training run, `<out>/<phase>`: skipped when finished (checkpoints/final), resumed when interrupted, else
     composed from the method's `preset` overrides (configs/finetune.yaml) and the user's, with `values` (dotted
-    keys) set in it unless the user's overrides name them."""
+    keys) set in it unless the user's overrides name them. With `seeds`, one seed-batched run: `<out>/<phase>` holds
+    its config and seed k's run is `<out>/seed<k>/<phase>` (`seed_dir`), so each seed's folder is a solo run's."""
+    import shutil
+
     from robolearn.runners.train import load_train_config, resume_config, run_training
 
-    if (run_dir / "checkpoints" / "final" / checkpoint.CONFIG).is_file():
+    run_dir = out / phase
+    runs = [run_dir] if seeds is None else [out / f"seed{k}" / phase for k in seeds]
+    if all((run / "checkpoints" / "final" / checkpoint.CONFIG).is_file() for run in runs):
         print(f"{run_dir}: finished before, not run again")
         return
-    if (run_dir / "checkpoints" / "latest" / checkpoint.CONFIG).is_file():
+    if (seeds is None or (run_dir / "config.yaml").is_file()) and all(
+            (run / "checkpoints" / "latest" / checkpoint.CONFIG).is_file() for run in runs):
         print(f"{run_dir}: resuming")
         run_training(resume_config(run_dir))
         return
-    if run_dir.exists():  # started but never checkpointed: start over
-        import shutil
-
-        shutil.rmtree(run_dir)
+    for path in {run_dir, *runs}:  # started but not checkpointed (every seed): start over
+        if path.exists():
+            shutil.rmtree(path)
     cfg = load_train_config([*preset, *user])
     named = {o.split("=", 1)[0].lstrip("+") for o in user}
+    if seeds is not None:
+        values = {**values, "seed_dir": f"../seed{{seed}}/{phase}"}
     for key, value in {**values, "run_dir": str(run_dir)}.items():
         if key not in named:
             *path, last = key.split(".")

@@ -15,7 +15,9 @@ all S seeds together per second.
 Offline (`SeedsRunner`), each seed samples its own batches from the one dataset buffer. Online (`OffPolicySeedsRunner`:
 SAC, TD3 and their presets) each seed has its own envs, replay buffer and evaluation envs and steps them as its solo
 run does; the seeds stay in lockstep because the update schedule depends on env steps only (a warm-up of whole
-episodes, `warmup_whole_episodes`, which ends on each seed's own episodes, is refused). PPO (`OnPolicySeedsRunner`)
+episodes, `warmup_whole_episodes`, which would end on each seed's own episodes, is taken only where it ends at
+`learning_starts` anyway: at least num_envs x the episode length, as WSRL's 5000 steps of one env on 1000-step
+episodes). PPO (`OnPolicySeedsRunner`)
 collects each seed's rollout from its own envs with its own policy, then updates all S as one (advantages, the
 minibatch epochs with each seed's own permutations and KL-adapted rate, the normalisers). Its actions are drawn
 from torch's global random streams, as a solo run draws them: each seed keeps its own copy of those streams
@@ -83,9 +85,15 @@ class OffPolicySeedsRunner:
     updates they owe run as one seed-batched update."""
 
     def __init__(self, runners: list[OffPolicyRunner]):
-        if any(getattr(r.algo.cfg, "warmup_whole_episodes", False) for r in runners):
-            raise ConfigError("seeds= with warmup_whole_episodes: each seed's warm-up would end on its own episodes, "
-                              "out of lockstep; train those seeds one seed= each")
+        for r in runners:  # a warm-up of whole episodes can only run past learning_starts if an episode is longer
+            cfg, env = r.algo.cfg, r.env
+            if getattr(cfg, "warmup_whole_episodes", False) and cfg.learning_starts < env.num_envs * \
+                    env.max_episode_length:
+                raise ConfigError(
+                    f"seeds= with warmup_whole_episodes and algo.learning_starts={cfg.learning_starts} < "
+                    f"{env.num_envs} envs x {env.max_episode_length} steps: each seed's warm-up would end on its own "
+                    "episodes, out of lockstep. With learning_starts >= num_envs x the episode length every env has "
+                    "ended an episode by then (fewer envs, or a larger learning_starts); else one seed= per run")
         self.runners = runners
         self.batch = SeedBatch([runner.algo for runner in runners])
 

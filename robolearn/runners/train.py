@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal
 import sys
 import time
@@ -52,9 +53,10 @@ def resolve_run(cfg: dict[str, Any]) -> dict[str, Any]:
                               "data)")
         if runner_config(cfg, online=True) is None:
             raise ConfigError(f"init= warm-starts an off-policy learner; algo={cfg['algo']['name']} is on-policy")
-        from robolearn.checkpoints.warm_start import adopt_architecture
+        from robolearn.checkpoints.warm_start import adopt_architecture, seed_path
 
-        for key, (was, now) in adopt_architecture(cfg["algo"], cfg["init"]).items():
+        first = seed_path(cfg["init"], (cfg.get("seeds") or [cfg["seed"]])[0])  # every seed's must match it to load
+        for key, (was, now) in adopt_architecture(cfg["algo"], first).items():
             print(f"init: algo.{key} = {now} as the checkpoint's (the preset had {was})")
     algo_cfg, run_cfg = algo_config(cfg["algo"], online=is_online(cfg)), runner_config(cfg, online=is_online(cfg))
     if is_online(cfg) and spec(cfg["algo"]["name"]).runner == "offline":
@@ -205,9 +207,10 @@ def run_training(cfg: dict[str, Any]) -> Path:
     if resuming:
         runner.restore(run_dir / "checkpoints" / "latest")
     elif cfg.get("init"):
-        from robolearn.checkpoints.warm_start import warm_start
+        from robolearn.checkpoints.warm_start import seed_path, warm_start
 
-        print(f"init: {', '.join(warm_start(runner.algo, cfg['init']))} from {cfg['init']}")
+        init = seed_path(cfg["init"], seed)
+        print(f"init: {', '.join(warm_start(runner.algo, init))} from {init}")
     try:
         runner.learn(int(cfg["iterations"]), checkpoint_interval=int(cfg["checkpoint_interval"]))
         final = runner.save(run_dir / "checkpoints" / "final")
@@ -285,9 +288,9 @@ def _run_ranks(cfg: dict[str, Any]) -> Path:
             distributed.check_same(runner.iteration, "the iteration to resume from")
         else:
             if cfg.get("init"):
-                from robolearn.checkpoints.warm_start import warm_start
+                from robolearn.checkpoints.warm_start import seed_path, warm_start
 
-                warm_start(runner.algo, cfg["init"])
+                warm_start(runner.algo, seed_path(cfg["init"], int(cfg["seed"])))  # the job's seed, not the rank's
             distributed.broadcast_(runner.algo.model_state())  # every rank starts from rank 0's parameters
         try:
             runner.learn(int(cfg["iterations"]), checkpoint_interval=int(cfg["checkpoint_interval"]))
@@ -308,10 +311,13 @@ def _run_ranks(cfg: dict[str, Any]) -> Path:
 
 def run_seeds(cfg: dict[str, Any]) -> Path:
     """`seeds=[...]`: one run per seed in `<run_dir>/seed<k>/` (offline, PPO, or SAC / TD3 online), trained together
-    (`robolearn.runners.seeds`); returns the run directory that holds them (its `config.yaml` lists the seeds;
-    `resume=` it to resume them all)."""
+    (`robolearn.runners.seeds`); returns the run directory whose `config.yaml` lists the seeds (`resume=` it to
+    resume them all). `seed_dir` places a seed's run elsewhere relative to it (`robolearn finetune seeds=` puts the
+    phases of seed k in `<out>/seed<k>/offline` and `.../online`), and `init` with `{seed}` warm-starts each seed
+    from its own checkpoint."""
     import copy
 
+    from robolearn.checkpoints.warm_start import seed_path
     from robolearn.eval.evaluate import render_checkpoint
     from robolearn.eval.plots import learning_curve
     from robolearn.runners.seeds import GlobalStreams, OffPolicySeedsRunner, OnPolicySeedsRunner, SeedsRunner
@@ -338,9 +344,12 @@ def run_seeds(cfg: dict[str, Any]) -> Path:
     device = torch.device(cfg["device"])
     runners, shared = [], {}
     streams = GlobalStreams(device)  # PPO draws its actions from torch's global streams: one copy per seed
+    pattern = cfg.get("seed_dir") or "seed{seed}"  # runs saved before seed_dir: their seed<k>/
+    if "{seed}" not in pattern:
+        raise ConfigError(f"seed_dir={pattern!r} must contain {{seed}}: each seed needs a run folder of its own")
     for seed in seeds:  # each seed exactly as `robolearn train seed=<seed>` builds it
-        seed_cfg = copy.deepcopy({**cfg, "seed": seed, "seeds": None, "run_dir": str(run_dir / f"seed{seed}"),
-                                  "resume": None})
+        seed_run = os.path.normpath(run_dir / seed_path(pattern, seed))
+        seed_cfg = copy.deepcopy({**cfg, "seed": seed, "seeds": None, "run_dir": seed_run, "resume": None})
         torch.manual_seed(seed)
         env = make_env(seed_cfg["env"], seed, num_envs=run_cfg.eval_episodes if offline else None)
         seed_cfg["env"]["policy_dt"] = cfg["env"]["policy_dt"] = float(env.task.cfg.policy_dt)
@@ -355,9 +364,10 @@ def run_seeds(cfg: dict[str, Any]) -> Path:
         if resuming:
             runners[-1].restore(seed_dir / "checkpoints" / "latest")
         elif cfg.get("init"):
-            from robolearn.checkpoints.warm_start import warm_start
+            from robolearn.checkpoints.warm_start import seed_path, warm_start
 
-            print(f"init: {', '.join(warm_start(runners[-1].algo, cfg['init']))} from {cfg['init']}")
+            init = seed_path(cfg["init"], seed)  # init=runs/x/seed{seed}: each seed its own
+            print(f"init: {', '.join(warm_start(runners[-1].algo, init))} from {init}")
         streams.capture()
     (run_dir / "config.yaml").write_text(json.dumps({**cfg, "resume": None}, indent=2))
     try:
@@ -375,7 +385,7 @@ def run_seeds(cfg: dict[str, Any]) -> Path:
         learning_curve(runner.run_dir / "metrics.jsonl", runner.run_dir / "learning_curve.png", task=cfg["env"]["name"])
     if cfg["video"]:  # the first seed's: one video shows what the policy does
         render_checkpoint(finals[0], runners[0].run_dir / "video.mp4")
-    print(f"run directory: {run_dir} (seeds {seeds}: {', '.join(f'seed{k}/' for k in seeds)})")
+    print(f"run directory: {run_dir} (seeds {seeds}: {', '.join(str(runner.run_dir) for runner in runners)})")
     return run_dir
 
 

@@ -185,6 +185,47 @@ def test_calql_continues_online_on_half_offline_batches(dataset, pretrained, tmp
     assert rows[-1]["updates"] == 80 and all(r["critic_loss"] == r["critic_loss"] for r in rows)  # finite
 
 
+def _rows(run_dir):
+    volatile = ("wall_s", "updates_per_s", "env_steps_per_s", "collection_steps_per_s", "eval/seconds")
+    return [{k: v for k, v in json.loads(line).items() if k not in volatile}
+            for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_seed_batched_finetune_writes_each_seeds_solo_run(dataset, tmp_path):
+    """`robolearn finetune seeds=[0,1]` (WSRL: Cal-QL offline, then SAC warm-started from each seed's own offline
+    checkpoint, after a whole-episode warm-up) runs both phases seed-batched; seed 1's folder is what `seed=1` alone
+    writes (offline/, online/, o2o.json), with its metrics and scores to float rounding. Run again, it is finished; a
+warm-up of whole episodes that could outlast learning_starts is refused with seeds=."""
+    args = ["algo=wsrl", f"dataset={dataset}", "offline_steps=40", "online_steps=300", "eval_every=150",
+            "eval_episodes=2", "progress=false",
+            f'offline=["{EP}","algo.num_critics=3","algo.actor_hidden=[32,32]","algo.critic_hidden=[32,32]",'
+            '"algo.batch_size=64","algo.cql_n_actions=3","runner.log_every=20","runner.eval_every=40",'
+            '"runner.eval_episodes=2"]',
+            f'online=["{EP}","env.num_envs=1","algo.learning_starts=200","runner.steps_per_iteration=50",'
+            '"algo.batch_size=64"]']
+    seeds, solo = tmp_path / "seeds", tmp_path / "solo"
+    finetune([*args, "seeds=[0,1]", f"run_dir={seeds}"])
+    finetune([*args, "seed=1", f"run_dir={solo}"])
+    assert json.loads((seeds / "online" / "config.yaml").read_text())["seeds"] == [0, 1]
+    for phase in ("offline", "online"):
+        a, b = _rows(seeds / "seed1" / phase), _rows(solo / phase)
+        assert len(a) == len(b) and a[-1].keys() == b[-1].keys()
+        for x, y in zip(a, b, strict=True):  # the vmapped update's rounding grows with the updates (measured 1e-3;
+            #                                    the normalised score amplifies the return's: it is checked below)
+            assert all(x[k] == pytest.approx(y[k], rel=5e-3, abs=1e-4) for k in x
+                       if isinstance(y[k], float) and k != "eval/normalized_score"), phase
+    assert _rows(seeds / "seed0" / "online")[-1]["critic_loss"] != _rows(seeds / "seed1" / "online")[-1]["critic_loss"]
+    mine, alone = (json.loads((run / "o2o.json").read_text()) for run in (seeds / "seed1", solo))
+    assert mine["seed"] == 1 and mine["init"] == str(seeds / "seed1" / "offline") and mine["learning_starts"] == 200
+    assert mine["final_score"] == pytest.approx(alone["final_score"], abs=0.5)  # measured 0.14 apart
+    assert finetune([*args, "seeds=[0,1]", f"run_dir={seeds}"]) == seeds  # finished: nothing runs again
+    assert json.loads((seeds / "seed1" / "o2o.json").read_text()) == mine
+    # a whole-episode warm-up that could outlast learning_starts would end on each seed's own episodes: refused
+    with pytest.raises(ConfigError, match="out of lockstep"):
+        train(["env=cartpole-balance", "algo=wsrl", EP, "env.num_envs=2", "algo.learning_starts=200", "seeds=[0,1]",
+               "runner.env_steps=100", f"run_dir={tmp_path / 'refused'}", "video=false", "progress=false"])
+
+
 def test_o2o_metrics_by_hand():
     curve = [(0, 40.0), (1000, 20.0), (2000, 35.0), (5000, 60.0), (10000, 80.0)]
     m = o2o_metrics(curve, online_steps=10000, offline_score=42.0)
