@@ -1,8 +1,9 @@
 """One cell of a bench suite: the training run it is (`Cell`), how a worker runs it (`run_cell`: one `robolearn
 train` or `robolearn finetune` in this process, its output to the cell's log, a failure recorded with its error),
 and its score read back from the run folder (`read_score`: the final normalised evaluation, the curve, the O2O
-metrics of a finetune cell). Offline cells that differ only by seed can run as one `Pack` (`run_pack`: one
-`robolearn train seeds=[...]` process, `robolearn.runners.seeds`); `run_unit` runs either.
+metrics of a finetune cell). Offline train cells, or finetune cells, that differ only by seed can run as one `Pack`
+(`run_pack`: one `robolearn train seeds=[...]` or `robolearn finetune seeds=[...]` process,
+`robolearn.runners.seeds`); `run_unit` runs either.
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ class Cell:
 
 @dataclasses.dataclass
 class Pack:
-    """Offline train cells that differ only by seed, run as one `robolearn train seeds=[...]` process: each cell's
-    run folder is the pack's `seed<k>/`, and one worker trains all of them with one seed-batched update."""
+    """Offline train cells, or finetune cells, that differ only by seed, run as one `robolearn train seeds=[...]`
+    (`robolearn finetune seeds=[...]`) process: each cell's run folder is the pack's `seed<k>/`, and one worker trains
+    all of them with seed-batched updates."""
 
     id: str
     cells: list[Cell]
@@ -67,6 +69,10 @@ class Pack:
     @property
     def seeds(self) -> list[int]:
         return [cell.seed for cell in self.cells]
+
+    @property
+    def command(self) -> str:
+        return self.cells[0].command
 
 
 def pack_overrides(cell: Cell) -> list[str]:
@@ -86,15 +92,21 @@ def failed(unit: Cell | Pack, error: str) -> list[dict[str, Any]]:
 
 def run_pack(pack: Pack) -> list[dict[str, Any]]:
     """Train a pack's seeds in this (worker) process, one seed-batched `robolearn train seeds=[...]` (resumed when
-    its folder has every seed's checkpoint); each cell's result, all with the pack's wall time."""
+    its folder has every seed's checkpoint) or `robolearn finetune seeds=[...]` (which resumes its phases itself);
+    each cell's result, all with the pack's wall time."""
     seeds = f"seeds=[{','.join(str(k) for k in pack.seeds)}]"
-    resume = pack_checkpoint(pack)
+    resume = pack.command == "finetune" or pack_checkpoint(pack)
     if not resume:  # what an earlier attempt (on a node that died) left: its seeds start over
         _start_over(*(cell.run_dir for cell in pack.cells), str(Path(pack.run_dir) / "config.yaml"))
+
+    def job(resume: bool) -> None:
+        if pack.command == "finetune":
+            _finetune([*pack.overrides, seeds], pack.run_dir)
+        else:
+            _train([*pack.overrides, seeds], pack.run_dir, resume)
+
     error, wall_s = _in_worker(pack.cwd, pack.log, pack.run_dir, PACK_FILE,
-                               {"overrides": pack.overrides, "seeds": pack.seeds},
-                               lambda resume: _train([*pack.overrides, seeds], pack.run_dir, resume),
-                               resume=resume)
+                               {"overrides": pack.overrides, "seeds": pack.seeds}, job, resume=resume)
     return [cell_result(cell, error=error, wall_s=wall_s) for cell in pack.cells]
 
 
@@ -109,11 +121,7 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     """Train one cell in this (worker) process and read its score; a failure is returned as the error text."""
     def job(resume: bool) -> None:
         if cell.command == "finetune":
-            from robolearn.runners.o2o import finetune, load_config
-
-            cfg = load_config(cell.overrides)
-            cfg.run_dir = cell.run_dir
-            finetune(cfg)
+            _finetune(cell.overrides, cell.run_dir)
         else:
             _train(cell.overrides, cell.run_dir, resume)
 
@@ -156,6 +164,15 @@ def _in_worker(cwd: str, log: str, run_dir: str, record_name: str, record: dict[
             error = traceback.format_exc()
             print(error, file=sys.stderr)
     return error, time.time() - start
+
+
+def _finetune(overrides: list[str], run_dir: str) -> None:
+    """`robolearn finetune` with `overrides` into `run_dir` (a finished phase is kept, an interrupted one resumes)."""
+    from robolearn.runners.o2o import finetune, load_config
+
+    cfg = load_config(overrides)
+    cfg.run_dir = run_dir
+    finetune(cfg)
 
 
 def _train(overrides: list[str], run_dir: str, resume: bool) -> None:

@@ -34,10 +34,11 @@ re-runs the others from scratch, except an interrupted cell with unchanged overr
 cell continues from its `checkpoints/latest` (`robolearn train resume=`; `checkpoint_interval` sets how much a
 stop loses), a `finetune` cell from its phases' last checkpoints (the overrides a cell started with are in
 `<run_dir>/bench_cell.json`).
-Worker output goes to `<out>/logs/<cell>.log`. With `pack_seeds=true` the offline train cells (a `dataset=`) of
-one algorithm and dataset run as one pack: one `robolearn train seeds=[...]` process whose seed-batched update trains
-all their seeds at once (`robolearn.runners.seeds`; on a GPU, S seeds cost about what one does), each cell's run
-folder its `<out>/runs/<algo>__<dataset>/seed<k>/`, its log `<out>/logs/<algo>__<dataset>__seeds.log`.
+Worker output goes to `<out>/logs/<cell>.log`. With `pack_seeds=true` the offline train cells (a `dataset=`), and
+every finetune cell, of one algorithm and dataset run as one pack: one `robolearn train seeds=[...]` (or `robolearn
+finetune seeds=[...]`) process whose seed-batched updates train all their seeds at once (`robolearn.runners.seeds`;
+on a GPU, S seeds cost about what one does), each cell's run folder its `<out>/runs/<algo>__<dataset>/seed<k>/`, its
+log `<out>/logs/<algo>__<dataset>__seeds.log`.
 
 The score of a run is its last `eval/normalized_score` in `metrics.jsonl` (D4RL-style, 0 = random, 100 =
 reference), or else its last `mean_return` normalised the same way with the task's random and reference
@@ -86,7 +87,7 @@ class BenchConfig:
     report_only: bool = False       # only write the report from <out>/cells (also `robolearn bench report`)
     algos: list[str] | None = None  # only these of the suite's algorithms (null: all); a later run does the rest
     datasets: list[str] | None = None  # only these of its datasets (null: all)
-    pack_seeds: bool = False        # offline train cells that differ only by seed run as one seed-batched process
+    pack_seeds: bool = False        # offline train / finetune cells differing only by seed: one seed-batched process
     #                                 (`robolearn train seeds=[...]`): <out>/runs/<algo>__<dataset>/seed<k>/
     reps: int = 50000               # bootstrap resamples for the confidence intervals (rliable's default)
 
@@ -215,10 +216,10 @@ def plan(suite: Suite, out: Path, overrides: Sequence[str] = (), pack_seeds: boo
                         f"seed={seed}", "progress=false"]
                 cell = Cell(cell_id, algo.name, data.name, int(seed), args, str(out / "runs" / cell_id),
                             str(Path.cwd()), str(out / "logs" / f"{cell_id}.log"), suite.command)
-                if pack_seeds and suite.command == "train":
+                if pack_seeds:
                     key = (algo.name, data.name)
-                    if key not in offline:
-                        offline[key] = _offline(args)
+                    if key not in offline:  # finetune seeds= batches every method; train seeds=, offline runs
+                        offline[key] = suite.command == "finetune" or _offline(args)
                     if offline[key]:
                         pack = out / "runs" / f"{algo.name}__{data.name}"
                         cell = dataclasses.replace(cell, run_dir=str(pack / f"seed{seed}"), pack=str(pack),
@@ -255,8 +256,8 @@ def packs(cells: Sequence[Cell], out: Path) -> list[Cell | Pack]:
             started = json.loads((Path(run_dir) / PACK_FILE).read_text())
         except (OSError, json.JSONDecodeError):
             started = {}
-        resumable = (pack_checkpoint(pack) and started.get("seeds") == pack.seeds
-                     and _renamed(started.get("overrides"), "train") == pack.overrides)
+        resumable = ((pack.command == "finetune" or pack_checkpoint(pack)) and started.get("seeds") == pack.seeds
+                     and _renamed(started.get("overrides"), pack.command) == pack.overrides)
         if not resumable:
             for cell in members:
                 shutil.rmtree(cell.run_dir, ignore_errors=True)

@@ -369,3 +369,30 @@ def test_packed_seeds_run_as_one_process_and_score_as_unpacked(tmp_path):
             assert json.loads((out / "runs" / "td3_bc__pm" / "config.yaml").read_text())["seeds"] == [0, 1]
     assert scores[True].keys() == scores[False].keys()
     assert all(scores[True][k] == pytest.approx(scores[False][k], rel=1e-3, abs=1e-2) for k in scores[True])
+
+
+def test_packed_finetune_cells_run_as_one_seed_batched_finetune(tmp_path):
+    """`pack_seeds=true` on a finetune suite: a method's seeds on one dataset run as one `robolearn finetune
+    seeds=[...]`; each cell's folder <out>/runs/<algo>__<dataset>/seed<k>/ is a finetune run's, scored by its online
+    phase with its O2O metrics."""
+    from robolearn.collect.generate import CollectConfig, collect
+    from robolearn.config import EnvConfig
+    from robolearn.data.formats import save_dataset
+
+    env = EnvConfig("point-mass", num_envs=4, backend="mujoco", overrides={"episode_length": 50})
+    data = save_dataset(collect(CollectConfig(env=env, kind="expert", policy="reference", noise=0.3, episodes=4,
+                                              progress=False, ref_episodes=2)), tmp_path / "pm-v0", "robolearn")
+    online = ('online=["env.num_envs=1","algo.learning_starts=50","runner.steps_per_iteration=25",'
+              '"algo.batch_size=16","algo.actor_hidden=[16]","algo.critic_hidden=[16]"]')
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps({"command": "finetune", "algos": [{"name": "sac", "overrides": ["algo=sac", online]}],
+                                "datasets": [{"name": "pm", "overrides": [f"dataset={data}"]}], "seeds": [0, 1],
+                                "overrides": ["online_steps=100", "eval_every=50", "eval_episodes=2"]}))
+    out = tmp_path / "out"
+    run_suite(BenchConfig(suite=str(path), out=str(out), workers=1, reps=100, pack_seeds=True))
+    cells = {p.stem: json.loads(p.read_text()) for p in (out / "cells").glob("*.json")}
+    assert sorted(cells) == ["sac__pm__seed0", "sac__pm__seed1"] and all(c["error"] is None for c in cells.values())
+    pack = out.resolve() / "runs" / "sac__pm"
+    assert cells["sac__pm__seed1"]["run_dir"] == str(pack / "seed1")
+    assert json.loads((pack / "online" / "config.yaml").read_text())["seeds"] == [0, 1]
+    assert cells["sac__pm__seed1"]["o2o"]["seed"] == 1 and cells["sac__pm__seed1"]["curve"][-1][0] == 100
