@@ -5,7 +5,8 @@
 # cells and packs) and runs at idle priority (`chrt -i 0`: `nice` does not hold across sessions' autogroups).
 #   1. the antmaze goal reacher: SAC on ant-goal, 3M env steps at most, snapshots every 100K (docs/offline-rl.md);
 #   2. ant-v5's behaviour run for the mujoco-v5 suite (1M env steps, snapshots every 50K), after the reacher;
-#   3. the v5 fidelity bench (BC, TD3+BC, IQL; 100K steps, 3 seeds packed), dataset by dataset as the suite has it.
+#   3. the v5 fidelity bench (BC, TD3+BC, IQL; 100K steps, 3 seeds packed), dataset by dataset as the suite has it
+#      (the cells committed in benchmarks/results/offline_fidelity_v5/cells count as done).
 # The suite's datasets regenerate first when data/mujoco-v5 is missing, from the committed behaviour folders (about 25
 # minutes beside these jobs).
 # A machine reset takes runs/ with it (it has happened): every 10 minutes `keep` copies a training run's networks (its
@@ -50,6 +51,8 @@ keep runs/behaviour/ant-v5-sac &
   train runs/behaviour/ant-v5-sac env=ant-v5 algo=sac seed=0 algo.compile=true runner.env_steps=1000000 \
     runner.snapshot_every=50000 runner.eval_every=50000
 ) >> runs/behaviour/background.log 2>&1 &
+mkdir -p runs/offline_fidelity_v5/cells  # the committed cells count as done: the bench skips them
+cp -n benchmarks/results/offline_fidelity_v5/cells/*.json runs/offline_fidelity_v5/cells/
 for d in halfcheetah-v5-medium halfcheetah-v5-medium-expert halfcheetah-v5-medium-replay hopper-v5-medium \
          hopper-v5-medium-expert hopper-v5-medium-replay; do
   until grep -q "\"$d-v0\"" data/mujoco-v5/suite.json 2>/dev/null; do sleep 60; done
