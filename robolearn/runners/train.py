@@ -192,6 +192,7 @@ def run_training(cfg: dict[str, Any]) -> Path:
     else:
         cfg = resolve_run(cfg)
         run_dir = _new_run_dir(cfg)
+        created = next((p for p in reversed([run_dir, *run_dir.parents]) if not p.exists()), None)  # the top new one
         run_dir.mkdir(parents=True, exist_ok=True)
         cfg["run_dir"] = str(run_dir)
 
@@ -203,7 +204,15 @@ def run_training(cfg: dict[str, Any]) -> Path:
     cfg["env"]["policy_dt"] = float(env.task.cfg.policy_dt)  # the policy acts this often
     saved = {**cfg, "resume": None}  # the run's own config: `resume` is how this process was started
     (run_dir / "config.yaml").write_text(json.dumps(saved, indent=2))  # JSON is valid YAML: readable by both
-    runner = make_runner(env, cfg, run_dir, seed)
+    try:
+        runner = make_runner(env, cfg, run_dir, seed)
+    except ConfigError:  # a setting the runner refuses: leave no empty run folder behind
+        env.close()
+        if not resuming and created is not None:
+            import shutil
+
+            shutil.rmtree(created, ignore_errors=True)
+        raise
     if resuming:
         runner.restore(run_dir / "checkpoints" / "latest")
     elif cfg.get("init"):

@@ -80,7 +80,8 @@ def test_resume_is_exact(dataset, tmp_path, algo):
         assert config["policy"][algo]["reward_scale"] == pytest.approx(1000 / (returns.max() - returns.min()), rel=1e-6)
 
 
-def test_dataset_errors(dataset, capsys):
+def test_dataset_errors(dataset, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a refused run leaves no run folder (runs/<task>-<algo>-<time>) behind
     assert main(["train", "algo=iql", f"dataset={dataset}", "env=pendulum-swingup", *SHORT]) == 2
     assert "collected on point-mass, not pendulum-swingup" in capsys.readouterr().err
     assert main(["train", "algo=bc", *SHORT]) == 2  # the others learn online without a dataset (fine-tuning)
@@ -91,6 +92,7 @@ def test_dataset_errors(dataset, capsys):
     assert "not found" in capsys.readouterr().err
     assert main(["train", "algo=bc", f"dataset={dataset}", "runner.normalize_reward=true", *SHORT]) == 2
     assert "normalize_reward scales the rewards, which BCConfig does not read" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
 
 
 def test_gradient_steps_are_exact(dataset, tmp_path, capsys):
