@@ -190,14 +190,21 @@ def test_aggregates_match_hand_computed_values(tmp_path):
 def test_suites_compose_and_bad_suites_are_errors(tmp_path):
     from robolearn.runners.o2o import load_config
 
-    for name, online_steps in (("o2o", 250_000), ("o2o-cpu", 10_000)):
+    # o2o-v5 as its header runs it on a CPU: 64x64 networks, one env online
+    small = ["offline_steps=10000", "online_steps=20000", "eval_every=2000",
+             'offline=["algo.actor_hidden=[64,64]","algo.critic_hidden=[64,64]"]',
+             'online=["env.num_envs=1","algo.actor_hidden=[64,64]","algo.critic_hidden=[64,64]"]']
+    for name, online_steps, extra in (("o2o", 250_000, []), ("o2o-cpu", 10_000, []), ("o2o-v5", 20_000, small)):
         o2o = load_suite(suite_path(name))  # command: finetune; every method x dataset composes as a finetune run
         assert o2o.command == "finetune" and {a.name for a in o2o.algos} == {"wsrl", "ro2o", "calql", "rlpd", "sac"}
-        for cell in plan(o2o, tmp_path / name)[: len(o2o.algos) * len(o2o.datasets)]:
+        for cell in plan(o2o, tmp_path / name, extra, pack_seeds=True)[: len(o2o.algos) * len(o2o.datasets)]:
             cfg = load_config(cell.train_args())
             assert cfg.algo == cell.algo and cfg.dataset == cell.dataset and cfg.online_steps == online_steps
-            if name == "o2o-cpu":  # 64x64 networks in the phase that creates them
+            assert cell.pack is not None  # every finetune cell packs its seeds
+            if name == "o2o-cpu" or extra:  # 64x64 networks in the phase that creates them
                 assert "algo.critic_hidden=[64,64]" in (cfg.offline if cfg.methods[cfg.algo].offline else cfg.online)
+            if name == "o2o-v5":  # one env online: the papers', and WSRL's whole-episode warm-up stays in lockstep
+                assert "env.num_envs=1" in cfg.online
     for name in ("smoke", "prior-data", "offline-locomotion", "offline-fidelity", "offline-fidelity-long",
                  "offline-fidelity-iql-long", "offline-fidelity-cql-long", "offline-fidelity-bc-long",
                  "offline-fidelity-cql-authors", "offline-fidelity-v5"):
