@@ -74,6 +74,9 @@ KINDS = ("random", "medium", "expert", "medium-expert", "medium-replay", "full-r
 
 
 REPLAY_KINDS = ("medium-replay", "full-replay")
+#: The kinds whose size `transitions=` sets (whole episodes of one policy); a replay kind holds its run's env steps, a
+#: waypoint kind `steps` transitions.
+TRANSITION_KINDS = ("random", "medium", "expert", "medium-expert")
 
 
 GOAL_KINDS = ("diverse", "play")  # the maze kinds: episodes start where MazeConfig.start says
@@ -150,7 +153,7 @@ class CollectConfig:
             raise ConfigError(f"collect episodes must be >= 1, got {self.episodes}")
         if self.transitions is not None and self.transitions < 1:
             raise ConfigError(f"collect transitions must be >= 1 (null: `episodes` episodes), got {self.transitions}")
-        if self.transitions is not None and self.kind not in ("random", "medium", "expert", "medium-expert"):
+        if self.transitions is not None and self.kind not in TRANSITION_KINDS:
             raise ConfigError(f"collect transitions= is for random, medium, expert and medium-expert, not "
                               f"kind={self.kind} (waypoint: steps=; the replay kinds hold the run's env steps)")
 

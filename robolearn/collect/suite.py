@@ -46,7 +46,7 @@ from typing import Any
 import yaml
 
 from robolearn.collect.behaviour import load_behaviour
-from robolearn.collect.generate import KINDS, REPLAY_KINDS, CollectConfig, collect
+from robolearn.collect.generate import KINDS, REPLAY_KINDS, TRANSITION_KINDS, CollectConfig, collect
 from robolearn.config import EnvConfig, config_dir
 from robolearn.data.dataset import DatasetError, write_json
 from robolearn.errors import ConfigError
@@ -185,7 +185,8 @@ def _collect_kind(t: TaskSuite, kind: str, policy: str | None, out: Path, fmt: s
     if path.exists():
         return
     env = EnvConfig(name=t.task, num_envs=t.num_envs, overrides=dict(env_overrides or {}))
-    one = CollectConfig(env=env, kind=kind, episodes=t.episodes, transitions=t.transitions, steps=t.steps,
+    transitions = t.transitions if kind in TRANSITION_KINDS else None  # the replay kinds hold their run's env steps
+    one = CollectConfig(env=env, kind=kind, episodes=t.episodes, transitions=transitions, steps=t.steps,
                         policy=policy,
                         expert_policy=t.expert if kind == "medium-expert" and t.behaviour is None else None,
                         noise=t.noise if kind in ("expert", "diverse", "play", "waypoint") else 0.0,

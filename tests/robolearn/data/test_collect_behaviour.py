@@ -111,7 +111,7 @@ seed: 3
 tasks:
   pendulum-swingup:
     kinds: [random, medium, expert, medium-expert, medium-replay, full-replay]
-    episodes: 4
+    transitions: 240
     num_envs: 4
     behaviour: {folder}
 """
@@ -125,10 +125,12 @@ def test_suite_from_behaviour_regenerates_identically(folder, tmp_path):
         assert main(["collect", f"suite={path}", f"out={out}", "progress=false"]) == 0
     record = json.loads((outs[0] / "suite.json").read_text())
     assert "training" not in record and record["behaviour"]["pendulum-swingup"]["medium"] == "step_200"
-    # (episodes, steps, snapshots played): 4 whole 60-step episodes (the run's episode length), and the replay kinds
-    # the run's env steps on 4 envs: 50 steps each cut (medium-replay), 60 + 40 cut each (full-replay)
+    # (episodes, steps, snapshots played): transitions=240 on 4 envs, one whole 60-step episode each (the run's
+    # episode length), medium-expert a medium and an expert set; the replay kinds (whose size transitions= does not
+    # set: as mujoco-v5.yaml) the run's env steps on 4 envs: 50 steps each cut (medium-replay), 60 + 40 cut each
+    # (full-replay)
     expected = {"random": (4, 240, None), "medium": (4, 240, ["step_200"]), "expert": (4, 240, ["step_400"]),
-                "medium-expert": (4, 240, ["step_200", "step_400"]),
+                "medium-expert": (8, 480, ["step_200", "step_400"]),
                 "medium-replay": (4, 200, ["step_0", "step_100"]),
                 "full-replay": (8, 400, ["step_0", "step_100", "step_200", "step_300"])}
     for kind, (episodes, steps, snapshots) in expected.items():

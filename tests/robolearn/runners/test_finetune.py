@@ -210,7 +210,8 @@ warm-up of whole episodes that could outlast learning_starts is refused with see
     # solo runs: tests/robolearn/runners/test_seeds.py, tests/robolearn/algos/test_offline_algos.py)
     finetune([*args, "seed=1", f"checkpoint={seeds / 'seed1' / 'offline'}", f"run_dir={solo}"])
     assert json.loads((seeds / "online" / "config.yaml").read_text())["seeds"] == [0, 1]
-    assert _rows(seeds / "seed0" / "offline")[-1]["critic_loss"] != _rows(seeds / "seed1" / "offline")[-1]["critic_loss"]
+    last = [_rows(seeds / f"seed{k}" / "offline")[-1]["critic_loss"] for k in (0, 1)]
+    assert last[0] != last[1]  # two seeds, two runs
     a, b = _rows(seeds / "seed1" / "online"), _rows(solo / "online")
     assert len(a) == len(b) and a[-1].keys() == b[-1].keys()
     for x, y in zip(a, b, strict=True):  # the vmapped update's rounding grows with the updates (measured 1e-3; the
