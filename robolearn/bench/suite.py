@@ -240,8 +240,9 @@ def _offline(overrides: Sequence[str]) -> bool:
 
 def packs(cells: Sequence[Cell], out: Path) -> list[Cell | Pack]:
     """The pending cells, those of one pack (`Cell.pack`) grouped into a `Pack`; the others as they are. A pack's
-    folder is kept when it can resume (the same overrides and seeds, every seed checkpointed); else its seeds'
-    folders are cleared (the finished seeds' stay)."""
+    folder is kept when it can resume (the same overrides and seeds, every seed checkpointed, or a finetune pack,
+    which resumes its phases itself; no member's result a failure); else its seeds' folders are cleared (the
+    finished seeds' stay)."""
     units: list[Cell | Pack] = []
     grouped: dict[str, list[Cell]] = {}
     for cell in cells:
@@ -256,7 +257,9 @@ def packs(cells: Sequence[Cell], out: Path) -> list[Cell | Pack]:
             started = json.loads((Path(run_dir) / PACK_FILE).read_text())
         except (OSError, json.JSONDecodeError):
             started = {}
-        resumable = ((pack.command == "finetune" or pack_checkpoint(pack)) and started.get("seeds") == pack.seeds
+        failed = any(_failed(out, cell) for cell in members)  # a failed pack starts over, as a failed cell does
+        resumable = (not failed and (pack.command == "finetune" or pack_checkpoint(pack))
+                     and started.get("seeds") == pack.seeds
                      and _renamed(started.get("overrides"), pack.command) == pack.overrides)
         if not resumable:
             for cell in members:
@@ -323,6 +326,14 @@ def _finished(out: Path, cell: Cell) -> bool:
         return False
     return (not record.get("error") and _renamed(record.get("overrides"), cell.command) == cell.overrides
             and record.get("command", "train") == cell.command)
+
+
+def _failed(out: Path, cell: Cell) -> bool:
+    """Whether the cell's last result is a failure (its run folder is not continued)."""
+    try:
+        return bool(json.loads((out / "cells" / f"{cell.id}.json").read_text()).get("error"))
+    except (OSError, json.JSONDecodeError):
+        return False
 
 
 def _resumable(out: Path, cell: Cell) -> bool:

@@ -114,10 +114,11 @@ def finetune(cfg: FinetuneConfig) -> Path:
     from robolearn.runners.train import dataset_env, env_override
 
     method = cfg.methods[cfg.algo]
+    seeds = _seeds(cfg)
     dataset, task = cfg.dataset, cfg.env
     task_overrides: dict[str, Any] = {}  # the dataset's task options (episode_length, reward_type, ...)
-    if cfg.checkpoint is not None:
-        run = _checkpoint_run(cfg.checkpoint)
+    if cfg.checkpoint is not None:  # the first seed's (a {seed} in it is each seed's)
+        run = _checkpoint_run(seed_path(cfg.checkpoint, (seeds or [cfg.seed])[0]))
         dataset = dataset or run.get("dataset")
         task = task or (run.get("env") or {}).get("name")
     reference = None
@@ -136,7 +137,6 @@ def finetune(cfg: FinetuneConfig) -> Path:
                           "and the task none): the O2O metrics need normalised scores")
     out = Path(cfg.run_dir or f"runs/{task}-{cfg.algo}-finetune-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    seeds = _seeds(cfg)
     common = {"device": cfg.device, "progress": cfg.progress,
               **{f"env.overrides.{k}": v for k, v in task_overrides.items()},
               **({"seed": cfg.seed} if seeds is None else {"seeds": seeds})}
@@ -196,6 +196,12 @@ def _phase(out: Path, phase: str, seeds: list[int] | None, preset: list[str], us
 
     run_dir = out / phase
     runs = [run_dir] if seeds is None else [out / f"seed{k}" / phase for k in seeds]
+    saved = run_dir / "config.yaml"
+    if saved.is_file():  # a folder of another run (solo against seed-batched, other seeds) is not overwritten
+        before = json.loads(saved.read_text()).get("seeds")
+        if before != seeds:
+            raise ConfigError(f"{run_dir} holds a run with seeds={before}, not {seeds}: give another run_dir (or "
+                              "remove that one)")
     if all((run / "checkpoints" / "final" / checkpoint.CONFIG).is_file() for run in runs):
         print(f"{run_dir}: finished before, not run again")
         return

@@ -208,10 +208,15 @@ def run_training(cfg: dict[str, Any]) -> Path:
         runner = make_runner(env, cfg, run_dir, seed)
     except ConfigError:  # a setting the runner refuses: leave no empty run folder behind
         env.close()
-        if not resuming and created is not None:
+        if not resuming and created is not None:  # this run's folder, then the parents it made if still empty
             import shutil
 
-            shutil.rmtree(created, ignore_errors=True)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            for parent in [p for p in run_dir.parents if created in (p, *p.parents)]:
+                try:
+                    parent.rmdir()
+                except OSError:  # another run has written into it meanwhile
+                    break
         raise
     if resuming:
         runner.restore(run_dir / "checkpoints" / "latest")

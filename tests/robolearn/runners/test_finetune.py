@@ -208,7 +208,7 @@ warm-up of whole episodes that could outlast learning_starts is refused with see
     finetune([*args, "seeds=[0,1]", f"run_dir={seeds}"])
     # seed 1's online phase alone, from seed 1's offline checkpoint (the seed-batched offline learners equal their
     # solo runs: tests/robolearn/runners/test_seeds.py, tests/robolearn/algos/test_offline_algos.py)
-    finetune([*args, "seed=1", f"checkpoint={seeds / 'seed1' / 'offline'}", f"run_dir={solo}"])
+    finetune([*args, "seed=1", f"checkpoint={seeds / 'seed{seed}' / 'offline'}", f"run_dir={solo}"])  # {seed}: 1
     assert json.loads((seeds / "online" / "config.yaml").read_text())["seeds"] == [0, 1]
     last = [_rows(seeds / f"seed{k}" / "offline")[-1]["critic_loss"] for k in (0, 1)]
     assert last[0] != last[1]  # two seeds, two runs
@@ -221,8 +221,11 @@ warm-up of whole episodes that could outlast learning_starts is refused with see
     mine, alone = (json.loads((run / "o2o.json").read_text()) for run in (seeds / "seed1", solo))
     assert mine["seed"] == 1 and mine["init"] == str(seeds / "seed1" / "offline") and mine["learning_starts"] == 200
     assert mine["final_score"] == pytest.approx(alone["final_score"], abs=0.5)  # measured 0.14 apart
+    assert alone["init"] == mine["init"]
     assert finetune([*args, "seeds=[0,1]", f"run_dir={seeds}"]) == seeds  # finished: nothing runs again
     assert json.loads((seeds / "seed1" / "o2o.json").read_text()) == mine
+    with pytest.raises(ConfigError, match=r"holds a run with seeds=\[0, 1\], not \[0, 2\]"):  # never overwritten
+        finetune([*args, "seeds=[0,2]", f"run_dir={seeds}"])
     # a whole-episode warm-up that could outlast learning_starts would end on each seed's own episodes: refused
     with pytest.raises(ConfigError, match="out of lockstep"):
         train(["env=cartpole-balance", "algo=wsrl", EP, "env.num_envs=2", "algo.learning_starts=200", "seeds=[0,1]",
