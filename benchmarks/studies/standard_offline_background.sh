@@ -23,7 +23,8 @@ train() {  # train <run dir> <overrides...>: resume the run if it has a checkpoi
     set -- "resume=$run"
   elif [ -f "$kept/warm/model.safetensors" ]; then  # the earlier life's snapshots move aside: the new one counts from 0
     [ -d "$kept/snapshots" ] && mv "$kept/snapshots" "$kept/snapshots.$(date +%Y%m%d-%H%M)"
-    set -- "$@" "init=$kept/warm" "run_dir=$run" checkpoint_interval=25 video=false progress=false
+    set -- "$@" "init=$kept/warm" algo.random_warmup=false "run_dir=$run" checkpoint_interval=25 video=false \
+      progress=false  # the buffer refills with the kept policy's own actions, not uniform ones
   else
     set -- "$@" "run_dir=$run" checkpoint_interval=25 video=false progress=false
   fi
