@@ -11,8 +11,8 @@
 # minutes beside these jobs).
 # A machine reset takes runs/ with it (it has happened): every 10 minutes `keep` copies a training run's networks (its
 # latest checkpoint without buffer and optimizer state, about 2 MB) and its policy snapshots into the tracked
-# benchmarks/behaviour/in-progress/<run>/, for the session to commit; a run whose folder is gone starts again from those networks
-# (`init=`, an empty buffer) instead of from scratch.
+# benchmarks/behaviour/in-progress/<run>/, for the session to commit; a run whose folder is gone starts again from
+# those networks (`init=`, an empty buffer) instead of from scratch.
 set -u
 cd "$(dirname "$0")/../.."
 mkdir -p runs/behaviour

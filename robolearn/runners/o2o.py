@@ -205,7 +205,7 @@ def _phase(out: Path, phase: str, seeds: list[int] | None, preset: list[str], us
     if all((run / "checkpoints" / "final" / checkpoint.CONFIG).is_file() for run in runs):
         print(f"{run_dir}: finished before, not run again")
         return
-    if (seeds is None or (run_dir / "config.yaml").is_file()) and all(
+    if (seeds is None or saved.is_file()) and all(
             (run / "checkpoints" / "latest" / checkpoint.CONFIG).is_file() for run in runs):
         print(f"{run_dir}: resuming")
         run_training(resume_config(run_dir))
