@@ -24,7 +24,8 @@ from sim.errors import ActionError, ConfigError
 #: XLA options for the C engine's VecEnv executables: their JAX side is the task's small reward / observation math
 #: around the engine's callbacks, so LLVM's optimisation passes buy no step time there, and skipping them halves the
 #: compile (measured on this CPU: halfcheetah-v5 1.5 -> 0.7 s, ant-goal 2.9 -> 1.55 s a VecEnv; 1000 steps of 64 envs
-#: within noise). MJX's executables, whose physics is the JAX code, keep the default.
+#: within noise; benchmarks/speed/c_engine_compile.py). MJX's executables, whose physics is the JAX code, keep the
+#: default.
 C_ENGINE_COMPILE = {"xla_backend_optimization_level": 0}
 
 
