@@ -43,9 +43,10 @@ def _quoted(arg: str) -> str:
     if "=" not in arg:
         raise ConfigError(f"arguments are key=value overrides, got {arg!r}")
     key, value = arg.split("=", 1)
-    if value.startswith("[") and value.endswith("]") and "=" in value and not re.search(r"[\[,]\s*[\"']", value):
-        # a list of overrides (`overrides=[a=1,b=[2,3]]`): Hydra's grammar wants each item quoted
-        return f"{key}=[" + ",".join(json.dumps(item) for item in _split_top(value[1:-1])) + "]"
+    items = _split_top(value[1:-1]) if value.startswith("[") and value.endswith("]") else []
+    if any("=" in item and item[:1] not in "'\"" for item in items):
+        # a list of overrides (`overrides=[a=1,b=[2,3]]`, some perhaps quoted): Hydra's grammar wants each quoted
+        return f"{key}=[" + ",".join(item if item[:1] in "'\"" else json.dumps(item) for item in items) + "]"
     if value[:1] in ("[", "{", "'", '"'):
         return arg
     try:
@@ -57,12 +58,18 @@ def _quoted(arg: str) -> str:
 
 
 def _split_top(text: str) -> list[str]:
-    """`a=1,b=[2,3]` -> ["a=1", "b=[2,3]"]: the commas outside brackets."""
-    parts, depth, current = [], 0, ""
+    """`a=1,b=[2,3],"c=[4,5]"` -> ["a=1", "b=[2,3]", '"c=[4,5]"']: the commas outside brackets and quotes."""
+    parts, depth, current, quote, escaped = [], 0, "", "", False
     for ch in text:
-        depth += ch in "[{("
-        depth -= ch in "]})"
-        if ch == "," and depth == 0:
+        if quote:  # inside a quoted item: only its closing quote (not an escaped one) counts
+            quote = "" if ch == quote and not escaped else quote
+            escaped = ch == "\\" and not escaped
+        elif ch in "'\"":
+            quote = ch
+        else:
+            depth += ch in "[{("
+            depth -= ch in "]})"
+        if ch == "," and depth == 0 and not quote:
             parts.append(current.strip())
             current = ""
         else:
@@ -202,7 +209,6 @@ def _groups(command: str) -> set[str]:
 
 def _first_lines(e: Exception) -> str:
     """Hydra's message without the hint lines it adds for its own CLI."""
-    import re
 
     text = str(e) if not e.__cause__ else f"{e} ({e.__cause__})"
     text = re.sub(r"To append to your config use \S+ ", "", text)  # a schema has no room for new keys

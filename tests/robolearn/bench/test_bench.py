@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 import shutil
 from pathlib import Path
 
@@ -190,10 +191,13 @@ def test_aggregates_match_hand_computed_values(tmp_path):
 def test_suites_compose_and_bad_suites_are_errors(tmp_path):
     from robolearn.runners.o2o import load_config
 
-    # o2o-v5 as its header runs it on a CPU: 64x64 networks, one env online
-    small = ["offline_steps=10000", "online_steps=20000", "eval_every=2000",
-             'offline=["algo.actor_hidden=[64,64]","algo.critic_hidden=[64,64]"]',
-             'online=["env.num_envs=1","algo.actor_hidden=[64,64]","algo.critic_hidden=[64,64]"]']
+    # o2o-v5 as its header's command runs it on a CPU (64x64 networks, one env online), read from the header itself
+    header = "".join(line.lstrip("#").strip().removesuffix("\\") for line in suite_path("o2o-v5").read_text()
+                     .splitlines() if line.startswith(("#   robolearn bench", "#     overrides=")))
+    args = shlex.split(header)[2:]
+    assert args[0] == "suite=o2o-v5"
+    small = compose("bench", args, BenchConfig)["overrides"]
+    assert small[:3] == ["offline_steps=10000", "online_steps=20000", "eval_every=2000"]
     for name, online_steps, extra in (("o2o", 250_000, []), ("o2o-cpu", 10_000, []), ("o2o-v5", 20_000, small)):
         o2o = load_suite(suite_path(name))  # command: finetune; every method x dataset composes as a finetune run
         assert o2o.command == "finetune" and {a.name for a in o2o.algos} == {"wsrl", "ro2o", "calql", "rlpd", "sac"}
@@ -250,6 +254,9 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
         suite_path("no-such-suite")
     # a list of overrides needs no quotes (any command: bench's overrides=, finetune's offline= / online=)
     assert compose("bench", ["overrides=[a=1,b.c=[2,3]]"], BenchConfig)["overrides"] == ["a=1", "b.c=[2,3]"]
+    # some items quoted, some not (a quoted item keeps its commas and brackets)
+    assert compose("bench", ['overrides=[a=1,"b=[\\"x=1\\",\\"y=[2,3]\\"]"]'], BenchConfig)["overrides"] == [
+        "a=1", 'b=["x=1","y=[2,3]"]']
     assert compose("finetune", ["online=[algo.utd_ratio=2,algo.batch_size=128]"], FinetuneConfig)["online"] == [
         "algo.utd_ratio=2", "algo.batch_size=128"]
     from robolearn.bench.suite import _renamed
