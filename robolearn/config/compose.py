@@ -209,7 +209,6 @@ def _groups(command: str) -> set[str]:
 
 def _first_lines(e: Exception) -> str:
     """Hydra's message without the hint lines it adds for its own CLI."""
-
     text = str(e) if not e.__cause__ else f"{e} ({e.__cause__})"
     text = re.sub(r"To append to your config use \S+ ", "", text)  # a schema has no room for new keys
     lines = [line.strip() for line in text.splitlines()]
