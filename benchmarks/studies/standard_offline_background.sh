@@ -2,7 +2,8 @@
 # The long CPU jobs behind the standard offline benchmarks (issues 33 and 35), resumable across sessions: start it at a
 # session's beginning (`nohup bash benchmarks/studies/standard_offline_background.sh > runs/background.log 2>&1 &`).
 # Each job resumes where the last session stopped (training runs from their checkpoints, the bench from its finished
-# cells and packs) and runs at idle priority (`chrt -i 0`: `nice` does not hold across sessions' autogroups).
+# cells and packs). The benches run at idle priority (`chrt -i 0`: `nice` does not hold across sessions' autogroups),
+# the training runs at nice 19 (see `train`).
 #   1. the antmaze goal reacher: SAC on ant-goal, 3M env steps at most, snapshots every 100K (docs/offline-rl.md);
 #   2. ant-v5's behaviour run for the mujoco-v5 suite (1M env steps, snapshots every 50K), after the reacher;
 #   3. the v5 fidelity bench (BC, TD3+BC, IQL; 100K steps, 3 seeds packed), dataset by dataset as the suite has it
@@ -28,7 +29,11 @@ train() {  # train <run dir> <overrides...>: resume the run if it has a checkpoi
   else
     set -- "$@" "run_dir=$run" checkpoint_interval=25 video=false progress=false
   fi
-  OMP_NUM_THREADS=1 chrt -i 0 .venv/bin/robolearn train "$@"
+  # The reacher is the critical path (the antmaze datasets wait on it): it runs at nice 19, above the idle-priority
+  # benches, so it keeps one core while they share the other (BACKGROUND_PRIORITY=idle puts it with them)
+  local priority=(nice -n 19)
+  [ "${BACKGROUND_PRIORITY:-nice}" = idle ] && priority=(chrt -i 0)
+  OMP_NUM_THREADS=1 "${priority[@]}" .venv/bin/robolearn train "$@"
 }
 keep() {  # keep <run dir>: every 10 minutes, its networks and snapshots into the tracked folder (see above)
   local run=$1 dst=benchmarks/behaviour/in-progress/$(basename "$1")
