@@ -74,9 +74,6 @@ class FinetuneConfig:
     methods: dict[str, MethodConfig] = dataclasses.field(default_factory=dict)  # configs/finetune.yaml
 
 
-
-
-
 def load_config(overrides: Sequence[str]) -> FinetuneConfig:
     """The composed `configs/finetune.yaml` with its overrides, checked."""
     from omegaconf import OmegaConf

@@ -345,6 +345,8 @@ def run_seeds(cfg: dict[str, Any]) -> Path:
     run_cfg = runner_config(cfg, online=is_online(cfg))
     offline = isinstance(run_cfg, OfflineRunConfig)
     kind = "offline" if offline else spec(cfg["algo"]["name"]).runner
+    if not offline and kind == "offline":  # an offline learner online (Cal-QL's, RO2O's fine-tuning): off-policy
+        kind = "off_policy"
     if kind not in ("offline", "off_policy", "on_policy"):
         raise ConfigError(f"seeds= trains offline algorithms, PPO, and SAC / TD3 online; algo={cfg['algo']['name']} "
                           "online takes one seed= per run")

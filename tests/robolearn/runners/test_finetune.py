@@ -233,6 +233,27 @@ warm-up of whole episodes that could outlast learning_starts is refused with see
                "progress=false"])
 
 
+@pytest.mark.parametrize("algo", ["calql", "ro2o"])
+def test_seed_batched_online_phase_of_an_offline_learner(algo, dataset, tmp_path):
+    """Cal-QL's and RO2O's online phases keep their offline learner (CQL on 50/50 batches; RO2O with its own buffer)
+    in an off-policy run: seeds=[0,1] runs them seed-batched too (they were sent to the offline seeds runner and
+    failed), seed 1's online metrics those of seed 1 fine-tuned alone from the same checkpoint."""
+    args = [f"algo={algo}", f"dataset={dataset}", "offline_steps=20", "online_steps=200", "eval_every=100",
+            "eval_episodes=2", "progress=false",
+            f'offline=["{EP}","algo.actor_hidden=[32,32]","algo.critic_hidden=[32,32]","algo.batch_size=32",'
+            '"runner.log_every=20","runner.eval_every=20","runner.eval_episodes=2"]',
+            f'online=["{EP}","env.num_envs=2","algo.learning_starts=100","runner.steps_per_iteration=50",'
+            '"algo.batch_size=32"]']
+    seeds, solo = tmp_path / "seeds", tmp_path / "solo"
+    finetune([*args, "seeds=[0,1]", f"run_dir={seeds}"])
+    finetune([*args, "seed=1", f"checkpoint={seeds / 'seed{seed}' / 'offline'}", f"run_dir={solo}"])
+    a, b = _rows(seeds / "seed1" / "online"), _rows(solo / "online")
+    assert len(a) == len(b) == 3 and a[-1]["updates"] == 100 and "critic_loss" in a[-1]
+    for x, y in zip(a, b, strict=True):
+        assert all(x[k] == pytest.approx(y[k], rel=5e-3, abs=1e-4) for k in x
+                   if isinstance(y[k], float) and k != "eval/normalized_score")
+
+
 def test_o2o_metrics_by_hand():
     curve = [(0, 40.0), (1000, 20.0), (2000, 35.0), (5000, 60.0), (10000, 80.0)]
     m = o2o_metrics(curve, online_steps=10000, offline_score=42.0)
