@@ -208,7 +208,7 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
             if name == "o2o-cpu" or extra:  # 64x64 networks in the phase that creates them
                 assert "algo.critic_hidden=[64,64]" in (cfg.offline if cfg.methods[cfg.algo].offline else cfg.online)
             if name == "o2o-v5":  # one env online: the papers', and WSRL's whole-episode warm-up stays in lockstep
-                assert "env.num_envs=1" in cfg.online
+                assert "env.num_envs=1" in cfg.online and "algo.compile=true" in cfg.online + cfg.offline
     for name in ("smoke", "prior-data", "offline-locomotion", "offline-fidelity", "offline-fidelity-long",
                  "offline-fidelity-iql-long", "offline-fidelity-cql-long", "offline-fidelity-bc-long",
                  "offline-fidelity-cql-authors", "offline-fidelity-v5"):
