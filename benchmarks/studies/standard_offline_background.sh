@@ -6,7 +6,9 @@
 # the training runs at nice 19 (see `train`).
 #   1. the antmaze goal reacher: SAC on ant-goal, 3M env steps at most, snapshots every 100K (docs/offline-rl.md);
 #   2. ant-v5's behaviour run for the mujoco-v5 suite (1M env steps, snapshots every 50K), after the reacher;
-#   3. the v5 fidelity bench (BC, TD3+BC, IQL; 100K steps, 3 seeds packed), dataset by dataset as the suite has it
+#   3. the O2O comparison (WSRL, RO2O, Cal-QL, RLPD, SAC) on halfcheetah-v5-medium and hopper-v5-medium at the CPU
+#      budget of configs/bench/o2o-v5.yaml's header (64x64, 10K offline + 20K online steps, 5 seeds packed);
+#   4. the v5 fidelity bench (BC, TD3+BC, IQL; 100K steps, 3 seeds packed), dataset by dataset as the suite has it
 #      (the cells committed in benchmarks/results/offline_fidelity_v5/cells count as done).
 # The suite's datasets regenerate first when data/mujoco-v5 is missing, from the committed behaviour folders (about 25
 # minutes beside these jobs).
@@ -16,6 +18,8 @@
 # those networks (`init=`, an empty buffer) instead of from scratch.
 set -u
 cd "$(dirname "$0")/../.."
+O2O_CPU="offline=[algo.compile=true,algo.actor_hidden=[64,64],algo.critic_hidden=[64,64]],online=[env.num_envs=1,\
+algo.compile=true,algo.actor_hidden=[64,64],algo.critic_hidden=[64,64]]"
 mkdir -p runs/behaviour
 train() {  # train <run dir> <overrides...>: resume the run if it has a checkpoint, else start it
   local run=$1; shift
@@ -57,6 +61,15 @@ keep runs/behaviour/ant-v5-sac &
   train runs/behaviour/ant-v5-sac env=ant-v5 algo=sac seed=0 algo.compile=true runner.env_steps=1000000 \
     runner.snapshot_every=50000 runner.eval_every=50000
 ) >> runs/behaviour/background.log 2>&1 &
+mkdir -p runs/o2o_v5_cpu/cells  # issue 35's O2O comparison at its CPU budget (configs/bench/o2o-v5.yaml's header)
+cp -n benchmarks/results/o2o_v5_cpu/cells/*.json runs/o2o_v5_cpu/cells/ 2>/dev/null
+(
+  for d in halfcheetah-v5-medium hopper-v5-medium; do
+    until grep -q "\"$d-v0\"" data/mujoco-v5/suite.json 2>/dev/null; do sleep 60; done
+    OMP_NUM_THREADS=1 chrt -i 0 .venv/bin/robolearn bench suite=o2o-v5 pack_seeds=true workers=1 out=runs/o2o_v5_cpu \
+      "datasets=[$d]" overrides="[offline_steps=10000,online_steps=20000,eval_every=2000,$O2O_CPU]"
+  done
+) >> runs/o2o_v5_cpu.log 2>&1 &
 mkdir -p runs/offline_fidelity_v5/cells  # the committed cells count as done: the bench skips them
 cp -n benchmarks/results/offline_fidelity_v5/cells/*.json runs/offline_fidelity_v5/cells/
 for d in halfcheetah-v5-medium halfcheetah-v5-medium-expert halfcheetah-v5-medium-replay hopper-v5-medium \
