@@ -5,7 +5,8 @@
 # cells and packs). The benches run at idle priority (`chrt -i 0`: `nice` does not hold across sessions' autogroups),
 # the training runs at nice 19 (see `train`).
 #   1. the antmaze goal reacher: SAC on ant-goal, 3M env steps at most, snapshots every 100K (docs/offline-rl.md);
-#   2. ant-v5's behaviour run for the mujoco-v5 suite (1M env steps, snapshots every 50K), after the reacher;
+#   2. once a reacher snapshot is committed as ant-goal's reference: D4RL's six antmaze datasets (data/antmaze);
+#      then ant-v5's behaviour run for the mujoco-v5 suite (1M env steps, snapshots every 50K);
 #   3. the O2O comparison (WSRL, RO2O, Cal-QL, RLPD, SAC) on halfcheetah-v5-medium and hopper-v5-medium at the CPU
 #      budget of configs/bench/o2o-v5.yaml's header (64x64, 10K offline + 20K online steps, 5 seeds packed);
 #   4. the v5 fidelity bench (BC, TD3+BC, IQL; 100K steps, 3 seeds packed), dataset by dataset as the suite has it
@@ -56,8 +57,13 @@ fi
 keep runs/behaviour/ant-goal-sac &
 keep runs/behaviour/ant-v5-sac &
 (
-  train runs/behaviour/ant-goal-sac env=ant-goal algo=sac seed=0 algo.compile=true runner.env_steps=3000000 \
-    runner.snapshot_every=100000 runner.eval_every=50000
+  # the reacher trains until one of its snapshots is committed as ant-goal's reference (benchmarks/references/)
+  [ -f benchmarks/references/ant-goal-sac/config.json ] || \
+    train runs/behaviour/ant-goal-sac env=ant-goal algo=sac seed=0 algo.compile=true runner.env_steps=3000000 \
+      runner.snapshot_every=100000 runner.eval_every=50000
+  # then D4RL's six antmaze datasets from it (data/antmaze; resumes dataset by dataset)
+  [ -f benchmarks/references/ant-goal-sac/config.json ] && OMP_NUM_THREADS=1 nice -n 19 .venv/bin/robolearn collect \
+    suite=antmaze progress=false
   train runs/behaviour/ant-v5-sac env=ant-v5 algo=sac seed=0 algo.compile=true runner.env_steps=1000000 \
     runner.snapshot_every=50000 runner.eval_every=50000
 ) >> runs/behaviour/background.log 2>&1 &
