@@ -20,9 +20,7 @@ def test_every_spec_names_a_task_class_and_valid_overrides():
         cfg = entry.default_config()  # the overrides are known fields of the class's config
         for field, value in entry.overrides.items():
             assert getattr(cfg, field) == value, (name, field)
-        # a task whose reference is still to be made says so (ant-goal: tests/sim/test_tasks.py PENDING_REFERENCE)
-        pending = entry.reference_doc.startswith("none yet") and entry.reference_return == entry.random_return
-        assert (entry.reference_return > entry.random_return or pending) and entry.reference_doc
+        assert entry.reference_return > entry.random_return and entry.reference_doc
         assert bool(entry.reference_policy) + bool(entry.reference_checkpoint) <= 1
 
 

@@ -15,11 +15,6 @@ from sim.tasks.reference import measure_returns, scripted_policy
 ROOT = Path(__file__).parents[2]
 
 
-#: Tasks whose reference is still to be made (reference_return = random_return, "none yet" in the doc): ant-goal's is
-#: the goal reacher being trained for the antmaze datasets.
-PENDING_REFERENCE = {"ant-goal"}
-
-
 def _has_controller(name: str) -> bool:
     """Whether the task's reference return is its own controller's (scripted or trained); the standard benchmark
     tasks (Gymnasium v5, the D4RL mazes) are anchored at D4RL's published reference scores instead."""
@@ -42,9 +37,6 @@ def test_task_is_documented(name):
     doc = task.describe()
     for word in ("Observation", "Action", "Reward"):
         assert word in doc, f"{name}'s docstring must describe its {word.lower()}"
-    if name in PENDING_REFERENCE:
-        assert task.reference_return == task.random_return and "none yet" in task.reference_doc
-        return
     assert task.reference_return > task.random_return and task.reference_doc
     if task.reference_checkpoint:
         assert (ROOT / task.reference_checkpoint / "config.json").is_file()
@@ -66,9 +58,7 @@ def test_recorded_returns_reproduce_and_runs_are_deterministic(name):
     env = sim.make(name, num_envs=8, seed=0)
     random = measure_returns(name, None, seed=0, env=env)
     # 8 envs instead of the recorded 64: both are noisier means (the start states differ).
-    if name in PENDING_REFERENCE:
-        assert random < 0  # the ant falls over and pays for its torques (64 envs: the recorded -121.9)
-    elif not _has_controller(name):
+    if not _has_controller(name):
         # D4RL's anchors, measured in D4RL's own envs (gym v2 on mujoco-py, maze2d's fixed starts): ours land within
         # a quarter of the anchors' span (the dense large maze furthest: 81 against 30.6 of a 30.6-303.5 span)
         assert abs(random - task.random_return) < 0.25 * (task.reference_return - task.random_return)
