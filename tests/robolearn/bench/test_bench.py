@@ -198,15 +198,23 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
     assert args[0] == "suite=o2o-v5"
     small = compose("bench", args, BenchConfig)["overrides"]
     assert small[:3] == ["offline_steps=10000", "online_steps=20000", "eval_every=2000"]
-    for name, online_steps, extra in (("o2o", 250_000, []), ("o2o-cpu", 10_000, []), ("o2o-v5", 20_000, small)):
+    for name, online_steps, extra in (("o2o", 250_000, []), ("o2o-cpu", 10_000, []), ("o2o-v5", 20_000, small),
+                                      ("o2o-antmaze", 100_000, [])):
         o2o = load_suite(suite_path(name))  # command: finetune; every method x dataset composes as a finetune run
-        assert o2o.command == "finetune" and {a.name for a in o2o.algos} == {"wsrl", "ro2o", "calql", "rlpd", "sac"}
+        methods = {"wsrl", "calql", "rlpd", "sac"} | ({"ro2o"} if name != "o2o-antmaze" else set())
+        assert o2o.command == "finetune" and {a.name for a in o2o.algos} == methods
         for cell in plan(o2o, tmp_path / name, extra, pack_seeds=True)[: len(o2o.algos) * len(o2o.datasets)]:
             cfg = load_config(cell.train_args())
-            assert cfg.algo == cell.algo and cfg.dataset == cell.dataset and cfg.online_steps == online_steps
+            assert cfg.algo.removesuffix("_antmaze") == cell.algo and cfg.online_steps == online_steps
+            assert cfg.dataset in (cell.dataset, f"{cell.dataset}-waypoint")  # antmaze-umaze: D4RL's, kind waypoint
             assert cell.pack is not None  # every finetune cell packs its seeds
             if name == "o2o-cpu" or extra:  # 64x64 networks in the phase that creates them
                 assert "algo.critic_hidden=[64,64]" in (cfg.offline if cfg.methods[cfg.algo].offline else cfg.online)
+            method = cfg.methods[cfg.algo]  # each phase's train overrides compose (their keys exist)
+            phases = [p for p in (method.offline, method.online) if p is not None]
+            assert all(compose("train", [*p, "env=antmaze-umaze"])["algo"] for p in phases)
+            if name == "o2o-antmaze" and cfg.algo == "calql_antmaze":
+                assert compose("train", method.offline)["algo"]["cql_target_action_gap"] == 0.8
             if name == "o2o-v5":  # one env online: the papers', and WSRL's whole-episode warm-up stays in lockstep
                 assert "env.num_envs=1" in cfg.online and "algo.compile=true" in cfg.online + cfg.offline
     for name in ("smoke", "prior-data", "offline-locomotion", "offline-fidelity", "offline-fidelity-long",
