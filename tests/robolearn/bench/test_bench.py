@@ -213,8 +213,8 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
             method = cfg.methods[cfg.algo]  # each phase's train overrides compose (their keys exist)
             phases = [p for p in (method.offline, method.online) if p is not None]
             assert all(compose("train", [*p, "env=antmaze-umaze"])["algo"] for p in phases)
-            if name == "o2o-antmaze" and cfg.algo == "calql_antmaze":
-                assert compose("train", method.offline)["algo"]["cql_target_action_gap"] == 0.8
+            if name == "o2o-antmaze" and cfg.algo == "calql_antmaze":  # both phases: CORL's one agent
+                assert all(compose("train", p)["algo"]["cql_target_action_gap"] == 0.8 for p in phases)
             if name == "o2o-v5":  # one env online: the papers', and WSRL's whole-episode warm-up stays in lockstep
                 assert "env.num_envs=1" in cfg.online and "algo.compile=true" in cfg.online + cfg.offline
     for name in ("smoke", "prior-data", "offline-locomotion", "offline-fidelity", "offline-fidelity-long",
