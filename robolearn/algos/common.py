@@ -155,11 +155,7 @@ def compile_update(fn: Any, device: str | torch.device | None = None, cuda_graph
     Tracing the gradient and the optimizer step into the graph is what pays: on one CPU core it
     measured 2.3-3x the eager update at 64x64 networks and 1.3x at 256x256
     (`benchmarks/speed/offpolicy_fused_ops.py`, `benchmarks/peers/sac_vs_peers.py sac.compile=true`); compiling takes
-    tens of seconds per graph. `dynamic=False`: every float and shape stays a constant of its graph. Otherwise, once
-    a code object has compiled for a few learners in one process (a bench worker's cells, a finetune's phases: the
-    seed-batch's `run` is one code object for all), Dynamo turns the floats that differed (learning rates) into
-    symbolic ones, which Inductor's Adam step could not lower ("x must be Tensor or scalar, got SymFloat": WSRL's
-    pack then RO2O's in one worker). `cuda_graphs` (a CUDA device only): Inductor's CUDA graphs ("reduce-overhead"),
+    tens of seconds per graph. `cuda_graphs` (a CUDA device only): Inductor's CUDA graphs ("reduce-overhead"),
     which replay the graph's kernels as one CUDA graph; the tensors the update writes in place must have static
     addresses (`torch._dynamo.mark_static_address`, as `robolearn.algos.seeds.SeedBatch` marks its stacks).
     """
@@ -170,10 +166,23 @@ def compile_update(fn: Any, device: str | torch.device | None = None, cuda_graph
         # Under torch 2.11 on an H200 the solo SAC and IQL graphs failed in Inductor's loop reordering during
         # fusion (`reorder_loops_by_dep_pair`: AssertionError; benchmarks/results/gpu_suite_h200/run3_seed_batch),
         # with and without cpp_wrapper, while the seed-batched (vmapped) graphs compiled: that pass is off here.
-        return torch.compile(fn, dynamic=False,
-                             options={"loop_ordering_after_fusion": False, "triton.cudagraphs": cuda_graphs})
+        return torch.compile(fn, options={"loop_ordering_after_fusion": False, "triton.cudagraphs": cuda_graphs})
     # cpp_wrapper: the graph's kernel calls run from generated C++, not Python (1.4x at 64x64 on CPU)
-    return torch.compile(fn, dynamic=False, options={"cpp_wrapper": True})
+    return torch.compile(fn, options={"cpp_wrapper": True})
+
+
+def fresh_graphs() -> None:
+    """Forget every graph compiled so far in this process, before a new learner compiles its own.
+
+    The seed-batch's vmapped `run` is one code object for every learner. Once it has compiled for one learner,
+    Dynamo turns the floats that differ for the next (its learning rates) into symbolic ones, which Inductor could
+    not lower in the vmapped Adam step ("x must be Tensor or scalar, got SymFloat": WSRL's pack, then RO2O's, in one
+    bench worker). Forgetting the graphs first keeps them constants. (Within one learner a rate that changes every
+    step, IQL's cosine schedule, must stay symbolic: `dynamic=False` would recompile it each step.) Called by a bench
+    worker before each cell and by `robolearn finetune` before each phase."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
 
 
 def subset_indices(num_critics: int, size: int, replace: bool, generator: torch.Generator | None,

@@ -255,17 +255,17 @@ def _step(row: dict[str, Any]) -> int | float:
 def _worker_setup() -> None:
     """One thread per worker (the cores are shared by the cells), and no JAX grabbing most of a GPU per process.
     Called before each cell: the graphs compiled for the worker's earlier cells are dropped, so every cell compiles
-    its own (Dynamo gives up compiling a function after `recompile_limit` graphs of it and runs it eagerly)."""
+    its own (`fresh_graphs`)."""
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
-    import torch._dynamo
 
+    from robolearn.algos.common import fresh_graphs
     from robolearn.core.cpu import tune_allocator
 
     tune_allocator()
     torch.set_num_threads(1)
-    torch._dynamo.reset()
+    fresh_graphs()
 
 
 @contextlib.contextmanager

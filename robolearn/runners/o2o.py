@@ -189,8 +189,10 @@ def _phase(out: Path, phase: str, seeds: list[int] | None, preset: list[str], us
     its config and seed k's run is `<out>/seed<k>/<phase>` (`seed_dir`), so each seed's folder is a solo run's."""
     import shutil
 
+    from robolearn.algos.common import fresh_graphs
     from robolearn.runners.train import load_train_config, resume_config, run_training
 
+    fresh_graphs()  # this phase's learner compiles its own graphs, not variants of the last phase's
     run_dir = out / phase
     runs = [run_dir] if seeds is None else [out / f"seed{k}" / phase for k in seeds]
     saved = run_dir / "config.yaml"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from robolearn.algos.common import adam_update_, compile_update, shaped_rewards
+from robolearn.algos.common import adam_update_, compile_update, fresh_graphs, shaped_rewards
 from robolearn.algos.online.sac import SAC, SACConfig
 from robolearn.algos.online.td3 import TD3, TD3Config
 from robolearn.core.buffers import ReplayBuffer
@@ -59,10 +59,11 @@ def test_shaped_rewards_closed_form_and_edge_cases():
     assert torch.equal(shaped_rewards(sums, steps, 0.9, 2.0, 0.0), 2.0 * sums)  # no bias: the scaled sums exactly
 
 
-def test_compiled_updates_keep_learning_rates_constant_across_learners():
+def test_each_learner_compiles_fresh_graphs():
     """One code object compiled for several learners in one process (a bench worker's packs, a finetune's phases)
-    with different learning rates: Dynamo must not make the rate symbolic (Inductor failed on the vmapped Adam step:
-    "x must be Tensor or scalar, got SymFloat", at the second learner). Each graph steps with its own rate."""
+    with different learning rates: after `fresh_graphs` each compiles its own graph with its rate a constant (without
+    it Dynamo made the rate symbolic at the second learner, and Inductor failed on the vmapped Adam step: "x must be
+    Tensor or scalar, got SymFloat"). Each graph steps with its own rate."""
     def make(lr: float):
         def one(p, m, v, s, g):
             p, m, v, s = p.clone(), m.clone(), v.clone(), s.clone()
@@ -72,6 +73,7 @@ def test_compiled_updates_keep_learning_rates_constant_across_learners():
         return compile_update(lambda *tensors: torch.func.vmap(one)(*tensors))
 
     for lr in (3e-4, 1e-4, 1e-3):
+        fresh_graphs()
         zeros = [torch.zeros(3, 4), torch.zeros(3, 4), torch.zeros(3, 4), torch.zeros(3)]
         new = make(lr)(*zeros, torch.ones(3, 4))
         assert torch.allclose(new, torch.full((3, 4), -lr), rtol=1e-4)  # Adam's first step: -lr * sign(g)
