@@ -3,7 +3,7 @@
 # session's beginning (`nohup bash benchmarks/studies/standard_offline_background.sh > runs/background.log 2>&1 &`).
 # Each job resumes where the last session stopped (training runs from their checkpoints, the bench from its finished
 # cells and packs). The benches run at idle priority (`chrt -i 0`: `nice` does not hold across sessions' autogroups),
-# the training runs at nice 19 (see `train`).
+# the training runs and the antmaze collection at nice 19 (PRIORITY).
 #   1. the antmaze goal reacher: SAC on ant-goal, 3M env steps at most, snapshots every 100K (docs/offline-rl.md);
 #   2. once a reacher snapshot is committed as ant-goal's reference: D4RL's six antmaze datasets (data/antmaze);
 #      then ant-v5's behaviour run for the mujoco-v5 suite (1M env steps, snapshots every 50K);
@@ -21,6 +21,12 @@ set -u
 cd "$(dirname "$0")/../.."
 O2O_CPU="offline=[algo.compile=true,algo.actor_hidden=[64,64],algo.critic_hidden=[64,64]],online=[env.num_envs=1,\
 algo.compile=true,algo.actor_hidden=[64,64],algo.critic_hidden=[64,64]]"
+REACHER=benchmarks/references/ant-goal-sac/config.json  # committed: the reacher's run is over
+# The training runs and the antmaze collection are the critical path (the datasets wait on the reacher): nice 19,
+# above the idle-priority benches, so they keep one core while the benches share the other (BACKGROUND_PRIORITY=idle:
+# all at idle priority)
+PRIORITY=(nice -n 19)
+[ "${BACKGROUND_PRIORITY:-nice}" = idle ] && PRIORITY=(chrt -i 0)
 mkdir -p runs/behaviour
 train() {  # train <run dir> <overrides...>: resume the run if it has a checkpoint, else start it
   local run=$1; shift
@@ -34,11 +40,7 @@ train() {  # train <run dir> <overrides...>: resume the run if it has a checkpoi
   else
     set -- "$@" "run_dir=$run" checkpoint_interval=25 video=false progress=false
   fi
-  # The reacher is the critical path (the antmaze datasets wait on it): it runs at nice 19, above the idle-priority
-  # benches, so it keeps one core while they share the other (BACKGROUND_PRIORITY=idle puts it with them)
-  local priority=(nice -n 19)
-  [ "${BACKGROUND_PRIORITY:-nice}" = idle ] && priority=(chrt -i 0)
-  OMP_NUM_THREADS=1 "${priority[@]}" .venv/bin/robolearn train "$@"
+  OMP_NUM_THREADS=1 "${PRIORITY[@]}" .venv/bin/robolearn train "$@"
 }
 keep() {  # keep <run dir>: every 10 minutes, its networks and snapshots into the tracked folder (see above)
   local run=$1 dst=benchmarks/behaviour/in-progress/$(basename "$1")
@@ -51,19 +53,17 @@ keep() {  # keep <run dir>: every 10 minutes, its networks and snapshots into th
   done
 }
 if [ ! -f data/mujoco-v5/suite.json ]; then
-  OMP_NUM_THREADS=1 chrt -i 0 .venv/bin/robolearn collect suite=mujoco-v5 "tasks=[halfcheetah-v5,hopper-v5,walker2d-v5]" \
-    progress=false > runs/collect-mujoco-v5.log 2>&1 &
+  OMP_NUM_THREADS=1 chrt -i 0 .venv/bin/robolearn collect suite=mujoco-v5 \
+    "tasks=[halfcheetah-v5,hopper-v5,walker2d-v5]" progress=false > runs/collect-mujoco-v5.log 2>&1 &
 fi
-keep runs/behaviour/ant-goal-sac &
+[ -f $REACHER ] || keep runs/behaviour/ant-goal-sac &
 keep runs/behaviour/ant-v5-sac &
 (
   # the reacher trains until one of its snapshots is committed as ant-goal's reference (benchmarks/references/)
-  [ -f benchmarks/references/ant-goal-sac/config.json ] || \
-    train runs/behaviour/ant-goal-sac env=ant-goal algo=sac seed=0 algo.compile=true runner.env_steps=3000000 \
-      runner.snapshot_every=100000 runner.eval_every=50000
+  [ -f $REACHER ] || train runs/behaviour/ant-goal-sac env=ant-goal algo=sac seed=0 algo.compile=true \
+    runner.env_steps=3000000 runner.snapshot_every=100000 runner.eval_every=50000
   # then D4RL's six antmaze datasets from it (data/antmaze; resumes dataset by dataset)
-  [ -f benchmarks/references/ant-goal-sac/config.json ] && OMP_NUM_THREADS=1 nice -n 19 .venv/bin/robolearn collect \
-    suite=antmaze progress=false
+  [ -f $REACHER ] && OMP_NUM_THREADS=1 "${PRIORITY[@]}" .venv/bin/robolearn collect suite=antmaze progress=false
   train runs/behaviour/ant-v5-sac env=ant-v5 algo=sac seed=0 algo.compile=true runner.env_steps=1000000 \
     runner.snapshot_every=50000 runner.eval_every=50000
 ) >> runs/behaviour/background.log 2>&1 &

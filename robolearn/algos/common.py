@@ -155,9 +155,9 @@ def compile_update(fn: Any, device: str | torch.device | None = None, cuda_graph
     Tracing the gradient and the optimizer step into the graph is what pays: on one CPU core it
     measured 2.3-3x the eager update at 64x64 networks and 1.3x at 256x256
     (`benchmarks/speed/offpolicy_fused_ops.py`, `benchmarks/peers/sac_vs_peers.py sac.compile=true`); compiling takes
-    tens of seconds per graph. `cuda_graphs` (a CUDA device only): Inductor's CUDA graphs ("reduce-overhead"),
-    which replay the graph's kernels as one CUDA graph; the tensors the update writes in place must have static
-    addresses (`torch._dynamo.mark_static_address`, as `robolearn.algos.seeds.SeedBatch` marks its stacks).
+    tens of seconds per graph. `cuda_graphs` (a CUDA device only): Inductor's CUDA graphs ("reduce-overhead"), which
+    replay the graph's kernels as one CUDA graph; the tensors the update writes in place must have static addresses
+    (`torch._dynamo.mark_static_address`, as `robolearn.algos.seeds.SeedBatch` marks its stacks).
     """
     import torch._dynamo
 
