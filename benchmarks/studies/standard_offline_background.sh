@@ -19,8 +19,9 @@
 # those networks (`init=`, an empty buffer) instead of from scratch.
 set -u
 cd "$(dirname "$0")/../.."
-O2O_CPU="offline=[algo.compile=true,algo.actor_hidden=[64,64],algo.critic_hidden=[64,64]],online=[env.num_envs=1,\
-algo.compile=true,algo.actor_hidden=[64,64],algo.critic_hidden=[64,64]]"
+# (checkpoint_interval=1: a checkpoint every 1000 updates, so a stopped session loses minutes, not the phase)
+O2O_CPU="offline=[algo.compile=true,algo.actor_hidden=[64,64],algo.critic_hidden=[64,64],checkpoint_interval=1],\
+online=[env.num_envs=1,algo.compile=true,algo.actor_hidden=[64,64],algo.critic_hidden=[64,64],checkpoint_interval=1]"
 REACHER=benchmarks/references/ant-goal-sac/config.json  # committed: the reacher's run is over
 # The training runs and the antmaze collection are the critical path (the datasets wait on the reacher): nice 19,
 # above the idle-priority benches, so they keep one core while the benches share the other (BACKGROUND_PRIORITY=idle:

@@ -460,7 +460,10 @@ def collect(cfg: CollectConfig) -> Dataset:
     if recorded_env is not None:
         origin = {**origin, "collected_in": env_cfg, "steps": cfg.steps}
         env_cfg = {**recorded_env, "policy_dt": env_cfg["policy_dt"]}
-        ref_min, ref_max = _waypoint_references(cfg, recorded_env, cfg.ref_min_score, cfg.ref_max_score)
+        if antmaze:
+            env_cfg["overrides"], (ref_min, ref_max) = _antmaze_evaluation(cfg, recorded_env["overrides"])
+        else:
+            ref_min, ref_max = _waypoint_references(cfg, recorded_env, cfg.ref_min_score, cfg.ref_max_score)
     meta = {"task": cfg.env.name, "kind": cfg.kind, "seed": cfg.seed, "policy": cfg.policy, "noise": cfg.noise,
             "transitions": cfg.transitions,
             "fps": 1.0 / env_cfg["policy_dt"],
@@ -490,6 +493,20 @@ def _from_behaviour(cfg: CollectConfig) -> tuple[CollectConfig, dict[str, Any], 
         raise ConfigError(f"collect kind={cfg.kind} takes no behaviour folder (policy={folder}); it is for medium, "
                           "expert, medium-expert and the replay kinds")
     return cfg, behaviour, {"behaviour": str(folder), "snapshots": names}
+
+
+def _antmaze_evaluation(cfg: CollectConfig, overrides: dict[str, Any]) -> tuple[dict[str, Any], tuple[float, float]]:
+    """An antmaze dataset's evaluation task and references, D4RL's: its antmaze envs (``eval=True``) end the episode
+    on reaching the goal, so a return is 1 on success and 0 otherwise, normalised by 0 / 1 (the registry's anchors):
+    the score is 100 x the success rate, as D4RL, CORL and the O2O papers report it. (Minari evaluates the continuing
+    task, whose return counts the steps spent at the goal; its scores cannot be set beside the papers'.) A
+    ``continuing_task`` given in the env's overrides is kept, as are given references."""
+    from sim.tasks import spec
+
+    task = spec(cfg.env.name)
+    ref_min = task.random_return if cfg.ref_min_score is None else cfg.ref_min_score
+    ref_max = task.reference_return if cfg.ref_max_score is None else cfg.ref_max_score
+    return {"continuing_task": False, **overrides}, (ref_min, ref_max)
 
 
 def _waypoint_references(cfg: CollectConfig, env_cfg: dict[str, Any], ref_min: float | None,

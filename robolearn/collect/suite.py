@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from robolearn.collect.behaviour import load_behaviour
@@ -278,8 +279,17 @@ def _reference(task: str) -> tuple[float, float]:
 
 
 def _normalized(dataset: Any) -> float | None:
+    """The dataset's mean normalised score, its episodes counted as its evaluation task counts them: where that task
+    ends at the goal and the data went on (antmaze: D4RL's evaluation, the data's continuing episodes), an episode's
+    return is its sparse reward up to its first arrival, 1 or 0: the score is 100 x the share that arrived."""
+    returns = dataset.episode_returns()
+    meta = dataset.metadata
+    ends = (meta.get("env") or {}).get("overrides", {}).get("continuing_task") is False
+    went_on = ((meta.get("collected_in") or {}).get("overrides") or {}).get("continuing_task") is True
+    if ends and went_on:
+        returns = (returns > 0).astype(np.float64)
     try:
-        return round(float(dataset.normalized_score(dataset.episode_returns()).mean()), 1)
+        return round(float(dataset.normalized_score(returns).mean()), 1)
     except DatasetError:  # no reference returns: nothing to normalise by
         return None
 

@@ -15,6 +15,11 @@ the largest loss per state (the "adversarial" one; no gradient attack), as the o
   Q_i(s + delta, a') - lambda * std_i Q_i(s + delta, a') (the ensemble's unbiased std), MSE times `beta_ood`;
   lambda (`ood_reg`) decays linearly by `ood_reg_decay` per update down to `ood_reg_min`.
 
+The antmaze variant (`actor_objective: lcb`, BattleWen/RO2O `ro2o_antmaze_LCB.py`, `ro2o_ft_ant_LCB.py`): the actor
+maximises a lower confidence bound of the ensemble, mean_i V_i + lcb_beta * std_i V_i with V_i = Q_i(s, a) -
+alpha log pi(a|s) and lcb_beta = -4, plus beta_bc * MSE(a ~ pi(s), the batch's action); each critic regresses to its
+own target critic's backup instead of the ensemble's min.
+
 One update runs the temperature, then the actor, then the critics, then the Polyak update (EDAC's order, which the
 official code keeps). The same learner fine-tunes online (`robolearn finetune algo=ro2o`): lambda frozen at its
 minimum (`ood_reg_decay: 0`), no offline data, 2500 transitions of the pre-trained policy first. The paper keeps the
@@ -66,6 +71,12 @@ class RO2OConfig:
     ood_reg: float = 1.0                # lambda at the start (q_ood_uncertainty_reg)
     ood_reg_min: float = 0.1            # q_ood_uncertainty_reg_min
     ood_reg_decay: float = 5e-7         # per update (q_ood_uncertainty_decay); online: 0
+    #: The actor's objective. "min": alpha log pi - min_i Q_i with the TD target's min over the critics
+    #: (ro2o_mujoco.py). "lcb": the antmaze LCB scripts' -(mean_i + lcb_beta std_i) of Q_i - alpha log pi, each
+    #: critic regressing to its own target critic's backup (ro2o_antmaze_LCB.py, ro2o_ft_ant_LCB.py).
+    actor_objective: str = "min"
+    lcb_beta: float = -4.0              # beta (offline) and beta_online (fine-tuning) of the LCB scripts
+    beta_bc: float = 0.0                # the antmaze scripts' BC term: beta_bc * MSE(a ~ pi(s), the batch's action)
     reward_scale: float = 1.0
     reward_bias: float = 0.0
     compile: bool = False               # torch.compile the update steps into one graph (`compile_update`)
@@ -78,6 +89,9 @@ class RO2OConfig:
         check(min(self.q_smooth_eps, self.policy_smooth_eps, self.ood_smooth_eps) >= 0, "ro2o's eps must be >= 0")
         check(0.0 <= self.q_smooth_tau <= 1.0, f"ro2o.q_smooth_tau must be in [0, 1], got {self.q_smooth_tau}")
         check(self.ood_reg_decay >= 0 and self.ood_reg_min >= 0, "ro2o.ood_reg_decay and ood_reg_min must be >= 0")
+        check(self.actor_objective in ("min", "lcb"),
+              f"ro2o.actor_objective must be 'min' or 'lcb', got {self.actor_objective!r}")
+        check(self.beta_bc >= 0, f"ro2o.beta_bc must be >= 0, got {self.beta_bc}")
         check(self.init_temperature > 0, f"ro2o.init_temperature must be > 0, got {self.init_temperature}")
 
 
@@ -173,23 +187,33 @@ class RO2O(OfflineAlgo):
         kl = (gaussian_kl(mean, log_std, mean_p, log_std_p) + gaussian_kl(mean_p, log_std_p, mean, log_std)).sum(-1)
         return self.cfg.beta_policy * kl.view(b, n).max(-1).values.mean()
 
-    def actor_loss(self, obs: torch.Tensor, noise: torch.Tensor, delta: torch.Tensor, alpha: torch.Tensor
-                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """mean(alpha log pi(a|s) - min_i Q_i(s, a)) + the policy-smoothness term; a ~ pi(s) from `noise`."""
+    def actor_loss(self, obs: torch.Tensor, noise: torch.Tensor, delta: torch.Tensor, alpha: torch.Tensor,
+                   data_actions: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """mean(alpha log pi(a|s) - min_i Q_i(s, a)) ("min"), or -mean(mean_i V_i + lcb_beta std_i V_i) with
+        V_i = Q_i(s, a) - alpha log pi(a|s) ("lcb"); a ~ pi(s) from `noise`. Plus the policy-smoothness term and
+        beta_bc * MSE(a, `data_actions`) (the batch's actions)."""
+        cfg, zero = self.cfg, torch.zeros((), device=self.device)
         actions, logp = self.actor.sample(obs, noise=noise)
         q = self.critic(obs, actions)
-        sac_loss = (alpha * logp - q.min(0).values).mean()
-        smooth = self.policy_smoothness(obs, delta) if self.cfg.beta_policy else torch.zeros((), device=self.device)
-        stats = {"actor_sac_loss": sac_loss.detach(), "policy_smooth_loss": smooth.detach(),
+        if cfg.actor_objective == "lcb":
+            value = q - alpha * logp
+            sac_loss = -(value.mean(0) + cfg.lcb_beta * value.std(0)).mean()
+        else:
+            sac_loss = (alpha * logp - q.min(0).values).mean()
+        smooth = self.policy_smoothness(obs, delta) if cfg.beta_policy else zero
+        bc = ((actions - data_actions) ** 2).mean() if cfg.beta_bc and data_actions is not None else zero
+        stats = {"actor_sac_loss": sac_loss.detach(), "policy_smooth_loss": smooth.detach(), "bc_loss": bc.detach(),
                  "entropy": -logp.detach().mean(), "q_std": q.detach().std(0).mean()}
-        return sac_loss + smooth, stats
+        return sac_loss + smooth + cfg.beta_bc * bc, stats
 
     @torch.no_grad()
     def target(self, batch: dict[str, Any], noise: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-        """[B] r + discount * (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi(s') from `noise`."""
+        """[B] r + discount * (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi(s') from `noise`; with the "lcb"
+        objective [E, B], each critic's own backup r + discount * (Q'_i(s', a') - alpha log pi(a'|s'))."""
         next_obs = batch["next_obs"]["policy"]
         next_actions, next_logp = self.actor.sample(next_obs, noise=noise)
-        next_q = self.critic_target(next_obs, next_actions).min(0).values - alpha * next_logp
+        next_q = self.critic_target(next_obs, next_actions)
+        next_q = (next_q if self.cfg.actor_objective == "lcb" else next_q.min(0).values) - alpha * next_logp
         return self._rewards(batch) + batch["discount"] * next_q
 
     def q_smoothness(self, obs: torch.Tensor, actions: torch.Tensor, delta: torch.Tensor,
@@ -244,7 +268,8 @@ class RO2O(OfflineAlgo):
         self._step(self._optimizers["alpha"], lambda: self.alpha_loss(obs, draws["alpha"]))
         alpha = self.alpha
         actor_loss, actor_stats = self._step(
-            self._optimizers["actor"], lambda: self.actor_loss(obs, draws["actor"], draws["policy_delta"], alpha))
+            self._optimizers["actor"],
+            lambda: self.actor_loss(obs, draws["actor"], draws["policy_delta"], alpha, batch["actions"]))
         critic_loss, critic_stats = self._step(self._optimizers["critic"],
                                                lambda: self.critic_loss(batch, draws, alpha, ood_reg))
         polyak_update(self.critic_target, self.critic, self.cfg.tau)

@@ -99,6 +99,32 @@ def test_ro2o_losses_by_hand():
     assert close(actor_loss, (0.4 * logp0 - np_q(algo.critic, s, a0).min(0)).mean() + smooth)
 
 
+def test_ro2o_antmaze_lcb_variant_by_hand():
+    """actor_objective=lcb (ro2o_antmaze_LCB.py): the actor maximises mean_i V_i + beta std_i V_i (V_i = Q_i -
+    alpha log pi, unbiased std) with a BC term on the batch's actions; each critic regresses its own backup."""
+    algo = make_ro2o(actor_objective="lcb", lcb_beta=-4.0, beta_bc=5.0, beta_policy=0.0)
+    batch, b = tiny_batch(), np_batch(tiny_batch())
+    draws = algo.draw(4, torch.Generator().manual_seed(5))
+    dr = {k: v.double().numpy() for k, v in draws.items()}
+    alpha = torch.tensor(0.3)
+    m0, ls0 = np_actor_stats(algo.actor, b["s"])
+    a0, logp0 = np_tanh_gaussian(m0, ls0, dr["actor"])
+    v = np_q(algo.critic, b["s"], a0) - 0.3 * logp0
+    expected = -(v.mean(0) - 4.0 * v.std(0, ddof=1)).mean() + 5.0 * ((a0 - b["a"]) ** 2).mean()
+    actor_loss, stats = algo.actor_loss(batch["obs"]["policy"], draws["actor"], draws["policy_delta"], alpha,
+                                        batch["actions"])
+    assert close(actor_loss, expected) and float(stats["bc_loss"]) > 0
+    m2, ls2 = np_actor_stats(algo.actor, b["s2"])
+    a2, logp2 = np_tanh_gaussian(m2, ls2, dr["target"])
+    y = b["r"] + b["d"] * (np_q(algo.critic_target, b["s2"], a2) - 0.3 * logp2)  # [E, B]: no min
+    assert y.shape == (3, 4)
+    _, stats = algo.critic_loss(batch, draws, alpha)
+    assert close(stats["td_loss"], ((np_q(algo.critic, b["s"], b["a"]) - y) ** 2).mean(-1).sum())
+    assert algo.update(batch)["bc_loss"] > 0 and all(torch.isfinite(p).all() for p in algo.critic.parameters())
+    with pytest.raises(ConfigError, match="actor_objective"):
+        RO2OConfig(actor_objective="mean").validate()
+
+
 def test_ro2o_ood_weight_decays_and_the_update_runs():
     algo = make_ro2o(ood_reg=1.0, ood_reg_min=0.4, ood_reg_decay=0.25)
     batch = tiny_batch()

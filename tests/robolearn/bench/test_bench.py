@@ -201,7 +201,7 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
     for name, online_steps, extra in (("o2o", 250_000, []), ("o2o-cpu", 10_000, []), ("o2o-v5", 20_000, small),
                                       ("o2o-antmaze", 100_000, [])):
         o2o = load_suite(suite_path(name))  # command: finetune; every method x dataset composes as a finetune run
-        methods = {"wsrl", "calql", "rlpd", "sac"} | ({"ro2o"} if name != "o2o-antmaze" else set())
+        methods = {"wsrl", "ro2o", "calql", "rlpd", "sac"}
         assert o2o.command == "finetune" and {a.name for a in o2o.algos} == methods
         for cell in plan(o2o, tmp_path / name, extra, pack_seeds=True)[: len(o2o.algos) * len(o2o.datasets)]:
             cfg = load_config(cell.train_args())
@@ -215,6 +215,8 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
             assert all(compose("train", [*p, "env=antmaze-umaze"])["algo"] for p in phases)
             if name == "o2o-antmaze" and cfg.algo == "calql_antmaze":  # both phases: CORL's one agent
                 assert all(compose("train", p)["algo"]["cql_target_action_gap"] == 0.8 for p in phases)
+            if name == "o2o-antmaze" and cfg.algo == "ro2o_antmaze":  # the LCB actor in both phases
+                assert all(compose("train", p)["algo"]["actor_objective"] == "lcb" for p in phases)
             if name == "o2o-v5":  # one env online: the papers', and WSRL's whole-episode warm-up stays in lockstep
                 assert "env.num_envs=1" in cfg.online and "algo.compile=true" in cfg.online + cfg.offline
     for name in ("smoke", "prior-data", "offline-locomotion", "offline-fidelity", "offline-fidelity-long",

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from robolearn.collect.generate import CollectConfig, collect
+from robolearn.collect.suite import _normalized
 from robolearn.config import EnvConfig
 from robolearn.errors import ConfigError
 from sim.tasks.d4rl_maze import GOAL_RADIUS
@@ -151,14 +152,16 @@ def test_antmaze_datasets_drive_a_goal_reacher_through_d4rls_episodes(tmp_path):
     starts, goals = {}, {}
     for kind in ("waypoint", "diverse"):
         cfg = CollectConfig(env=EnvConfig(name="antmaze-umaze", num_envs=4, overrides={"episode_length": 50}),
-                            kind=kind, steps=400, policy=reacher, ref_min_score=0.0, ref_max_score=1.0,
-                            progress=False)
+                            kind=kind, steps=400, policy=reacher, progress=False)
         data = collect(cfg)
         meta = data.metadata
         assert data.num_steps == 400 and data.num_episodes == 8 and (data.lengths == 50).all()
         assert meta["noise"] == 0.2 and meta["env"]["name"] == "antmaze-umaze"
         assert meta["collected_in"]["overrides"] == {"episode_length": 50, "continuing_task": True,
                                                      **({"any_goal": True} if kind == "diverse" else {})}
+        # D4RL's evaluation: the episode ends at the goal, scored 0 / 1 (100 x the success rate)
+        assert meta["env"]["overrides"] == {"episode_length": 50, "continuing_task": False}
+        assert (meta["ref_min_score"], meta["ref_max_score"]) == (0.0, 1.0)
         assert np.abs(data.actions).max() <= 1.0 and data.actions.std() > 0.1
         first = np.stack([e.observations["policy"][0] for e in data.episodes()])
         starts[kind], goals[kind] = first[:, 0:2], first[:, 2:4]
@@ -169,8 +172,10 @@ def test_antmaze_datasets_drive_a_goal_reacher_through_d4rls_episodes(tmp_path):
     # without policy=, ant-goal's registered reacher (benchmarks/references/ant-goal-sac): it reaches the umaze goal
     # from the start cell in 92 % of 50 episodes of 700 steps (benchmarks/results/antmaze_reacher_cpu.json)
     data = collect(CollectConfig(env=EnvConfig(name="antmaze-umaze", num_envs=4, overrides={"episode_length": 700}),
-                                 kind="waypoint", steps=2800, ref_min_score=0.0, ref_max_score=1.0, progress=False))
-    assert data.num_episodes == 4 and sum(float(e.rewards.sum()) > 0 for e in data.episodes()) >= 3
+                                 kind="waypoint", steps=2800, progress=False))
+    reached = [float(e.rewards.sum()) > 0 for e in data.episodes()]
+    assert data.num_episodes == 4 and sum(reached) >= 3
+    assert _normalized(data) == 100 * np.mean(reached)  # the suite's score of the data: the share that arrived
     pendulum = tmp_path / "pendulum"
     assert main(["train", "env=pendulum-swingup", "algo=sac", f"run_dir={pendulum}", "progress=false",
                  "video=false", "runner.env_steps=50", "algo.learning_starts=25", "algo.batch_size=8",
