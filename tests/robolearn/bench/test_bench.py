@@ -205,7 +205,7 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
         assert o2o.command == "finetune" and {a.name for a in o2o.algos} == methods
         for cell in plan(o2o, tmp_path / name, extra, pack_seeds=True)[: len(o2o.algos) * len(o2o.datasets)]:
             cfg = load_config(cell.train_args())
-            assert cfg.algo.removesuffix("_antmaze") == cell.algo and cfg.online_steps == online_steps
+            assert cfg.algo.split("_")[0] == cell.algo and cfg.online_steps == online_steps  # (its domain's recipe)
             assert cfg.dataset in (cell.dataset, f"{cell.dataset}-waypoint")  # antmaze-umaze: D4RL's, kind waypoint
             assert cell.pack is not None  # every finetune cell packs its seeds
             if name == "o2o-cpu" or extra:  # 64x64 networks in the phase that creates them
@@ -217,6 +217,8 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
                 assert all(compose("train", p)["algo"]["cql_target_action_gap"] == 0.8 for p in phases)
             if name == "o2o-antmaze" and cfg.algo == "ro2o_antmaze":  # the LCB actor in both phases
                 assert all(compose("train", p)["algo"]["actor_objective"] == "lcb" for p in phases)
+            if name == "o2o-v5" and cell.algo == "wsrl":  # WSRL pre-trains with CQL on locomotion
+                assert compose("train", method.offline)["algo"]["name"] == "cql"
             if name == "o2o-v5":  # one env online: the papers', and WSRL's whole-episode warm-up stays in lockstep
                 assert "env.num_envs=1" in cfg.online and "algo.compile=true" in cfg.online + cfg.offline
     for name in ("smoke", "prior-data", "offline-locomotion", "offline-fidelity", "offline-fidelity-long",
