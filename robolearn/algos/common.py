@@ -43,6 +43,14 @@ def shaped_rewards(rewards: torch.Tensor, steps: torch.Tensor, gamma: float, sca
     return rewards * scale + bias * weight
 
 
+def max_backup(q: torch.Tensor, logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The max target backup (CQL's and WSRL's on antmaze): of the n actions sampled from pi(s') per state, the one
+    whose min over the target critics q [E, B, n] is largest; returns ([B] that min, [B] its log-prob from logp
+    [B, n])."""
+    next_q, best = q.min(0).values.max(-1)
+    return next_q, logp.gather(-1, best.unsqueeze(-1)).squeeze(-1)
+
+
 def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
     """target <- (1 - tau) target + tau source, one fused op over all parameters (per tensor inside a seed-batch's
     vmap, which has no batching rule for the fused op)."""

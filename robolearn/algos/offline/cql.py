@@ -32,7 +32,7 @@ import torch
 
 from policies.ensemble import QEnsemble
 from robolearn.algos.base import AlgoSpec, register
-from robolearn.algos.common import polyak_update, subset_indices
+from robolearn.algos.common import max_backup, polyak_update, subset_indices
 from robolearn.algos.offline.base import OfflineAlgo, adam, check, check_common, make_actor, make_critics
 
 #: alpha' is clipped to at most this (CORL: torch.clamp(exp(log_alpha_prime), 0, 1e6)).
@@ -164,8 +164,7 @@ class CQL(OfflineAlgo):
         if self.cfg.cql_max_target_backup:
             next_actions, next_logp = self.actor.sample_many(next_obs, noise)
             q = self._q_many(self.critic_target, next_obs, next_actions)
-            next_q, best = (q if subset is None else q[subset]).min(0).values.max(-1)
-            next_logp = next_logp.gather(-1, best.unsqueeze(-1)).squeeze(-1)
+            next_q, next_logp = max_backup(q if subset is None else q[subset], next_logp)
         else:
             next_actions, next_logp = self.actor.sample(next_obs, noise=noise)
             q = self.critic_target(next_obs, next_actions)

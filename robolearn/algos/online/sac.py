@@ -37,6 +37,7 @@ from robolearn.algos.common import (
     compile_update,
     gradient_step,
     init_adam_state,
+    max_backup,
     polyak_update,
     shaped_rewards,
     subset_indices,
@@ -75,6 +76,8 @@ class SACConfig(ReplayConfig):
     #                               0: per round(utd_ratio) of them, i.e. one per transition (RLPD, REDQ)
     # entropy
     backup_entropy: bool = True   # subtract alpha * log pi(a'|s') in the TD target
+    max_target_backup: bool = False  # a' is the best of `backup_samples` draws from pi(s') under the target min
+    backup_samples: int = 10         # (WSRL on antmaze, as CQL's max backup: `robolearn.algos.common.max_backup`)
     init_temperature: float = 1.0
     warm_start_temperature: bool = True  # a warm start (init=) takes the checkpoint's temperature; false: the online
     #                                      phase starts from init_temperature (WSRL here: `configs/finetune.yaml`)
@@ -97,6 +100,8 @@ class SACConfig(ReplayConfig):
                               f"({self.num_critics})] when drawn without replacement")
         if self.actor_q not in ACTOR_Q:
             raise ConfigError(f"actor_q must be one of {', '.join(map(repr, ACTOR_Q))}, got {self.actor_q!r}")
+        if self.backup_samples < 1:
+            raise ConfigError(f"backup_samples must be >= 1, got {self.backup_samples}")
         if self.actor_every < 0 or self.batch_size < 1:
             raise ConfigError("need actor_every >= 0 and batch_size >= 1")
         check_replay(self)
@@ -182,10 +187,11 @@ class SAC:
         return per_seed(lambda _, g: subset_indices(cfg.num_critics, cfg.num_min_critics, cfg.subset_replace, g,
                                                     self.device), 0, generator)
 
-    def _noise(self, batch_size: int, generator: torch.Generator | None) -> torch.Tensor:
-        """[B, A] N(0, 1) draws ([S, B, A], one block per seed's generator, given a seed-batch's list)."""
-        return per_seed(lambda n, g: torch.randn(n, self.num_actions, generator=g, device=self.device),
-                        batch_size, generator)
+    def _noise(self, batch_size: int, generator: torch.Generator | None, samples: int | None = None) -> torch.Tensor:
+        """[B, A] N(0, 1) draws ([B, samples, A] with `samples`; [S, ...], one block per seed's generator, given a
+        seed-batch's list)."""
+        shape = (self.num_actions,) if samples is None else (samples, self.num_actions)
+        return per_seed(lambda n, g: torch.randn(n, *shape, generator=g, device=self.device), batch_size, generator)
 
     def _target_min(self, next_obs_c: torch.Tensor, next_actions: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """[B] min over the subset `idx` of the target critics at (o', a')."""
@@ -232,7 +238,9 @@ class SAC:
         """
         self._ensure_adam_state()  # a restore may have replaced it with an empty state
         next_policy = batch["next_obs"]["policy"]
-        noise, idx = self._noise(next_policy.shape[-2], generator), self._subset(generator)
+        b, cfg = next_policy.shape[-2], self.cfg
+        noise = self._noise(b, generator, cfg.backup_samples) if cfg.max_target_backup else self._noise(b, generator)
+        idx = self._subset(generator)
         rewards = batch["rewards"]
         steps = batch.get("steps")  # rewards summed per sample (n-step); a batch without it holds 1-step rewards
         steps = torch.ones_like(rewards) if steps is None else steps
@@ -246,11 +254,18 @@ class SAC:
     def _critic_update(self, obs_c: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
                        steps: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor,
                        next_obs_c: torch.Tensor, noise: torch.Tensor, idx: torch.Tensor) -> dict[str, torch.Tensor]:
-        """TD target from a' = pi(o') (drawn with `noise`) and the target critics in `idx`, a critic step, Polyak."""
+        """TD target from a' = pi(o') (drawn with `noise`; with max backup the best of its [B, n] draws) and the
+        target critics in `idx`, a critic step, Polyak."""
         cfg = self.cfg
         with torch.no_grad():
-            next_actions, next_logp = self.actor.sample(next_obs, noise=noise)
-            next_v = self._target_min(next_obs_c, next_actions, idx)
+            if cfg.max_target_backup:
+                next_actions, next_logp = self.actor.sample_many(next_obs, noise)  # [B, n, A], [B, n]
+                b, n = next_logp.shape
+                q = self._q_values(self.critic_target(next_obs_c.repeat_interleave(n, 0), next_actions.flatten(0, 1)))
+                next_v, next_logp = max_backup(q[idx].unflatten(-1, (b, n)), next_logp)
+            else:
+                next_actions, next_logp = self.actor.sample(next_obs, noise=noise)
+                next_v = self._target_min(next_obs_c, next_actions, idx)
             if cfg.backup_entropy:
                 next_v = next_v - self.alpha * next_logp
             shaped = shaped_rewards(rewards, steps, cfg.gamma, cfg.reward_scale, cfg.reward_bias)

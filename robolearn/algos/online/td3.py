@@ -14,6 +14,7 @@ from policies.ensemble import DeterministicActor
 from robolearn.algos.base import AlgoSpec, register
 from robolearn.algos.common import actor_objective_q, polyak_update, shaped_rewards
 from robolearn.algos.online.sac import SAC, SACConfig
+from robolearn.errors import ConfigError
 
 
 @dataclasses.dataclass
@@ -23,6 +24,11 @@ class TD3Config(SACConfig):
     noise_clip: float = 0.5          # the smoothing noise is clipped to +-noise_clip
     actor_every: int = 2             # policy delay: one actor (and target) update per 2 critic updates
     actor_q: str = "first"           # the actor maximises Q1 alone (sfujim/TD3: -critic.Q1(s, actor(s)).mean())
+
+    def validate(self) -> None:
+        super().validate()
+        if self.max_target_backup:  # a deterministic actor has one next action: nothing to take the max over
+            raise ConfigError("td3 has no max_target_backup (its target action is the deterministic actor's)")
 
 
 class TD3(SAC):

@@ -164,3 +164,33 @@ def test_offline_data_from_an_episode_folder(tmp_path, capsys):
     save_episodes(tmp_path / "wide", [wide])
     with pytest.raises(Exception, match=r"policy observations of shape \(5,\); the learner's are \(3,\)"):
         train(["algo=rlpd", f"run_dir={tmp_path / 'bad'}", f"runner.offline_data={tmp_path / 'wide'}", *common])
+
+
+def test_max_target_backup_takes_the_best_of_the_sampled_next_actions():
+    """max_target_backup (WSRL on antmaze): the TD target's a' is, of `backup_samples` draws from pi(s'), the one whose
+    min over the drawn subset of target critics is largest, with that draw's log-prob in the entropy term."""
+    torch.manual_seed(0)
+    cfg = SACConfig(actor_hidden=(8,), critic_hidden=(8,), num_critics=4, num_min_critics=2, subset_replace=True,
+                    max_target_backup=True, backup_samples=5, reward_scale=2.0, reward_bias=-1.0)
+    sac = SAC(3, 3, 2, cfg)
+    for p in sac.critic_target.parameters():  # targets unlike the critics, so the subset matters
+        p.data.normal_()
+    b = 6
+    batch = {"obs": {"policy": torch.randn(b, 3)}, "actions": torch.rand(b, 2) * 2 - 1, "rewards": torch.randn(b),
+             "next_obs": {"policy": torch.randn(b, 3)}, "discount": torch.full((b,), 0.99)}
+    g = torch.Generator().manual_seed(7)  # update's draws, in its order: the noise, then the subset
+    noise, idx = sac._noise(b, g, 5), sac._subset(g)
+    with torch.no_grad():
+        actions, logp = sac.actor.sample_many(batch["next_obs"]["policy"], noise)
+        q = torch.stack([sac.critic_target(batch["next_obs"]["policy"], actions[:, k]) for k in range(5)], -1)
+        v = q[idx].min(0).values  # [B, 5]
+        best = v.argmax(-1)
+        rows = torch.arange(b)
+        expected = 2.0 * batch["rewards"] - 1.0 + 0.99 * (v[rows, best] - sac.alpha * logp[rows, best])
+    seen = []
+    sac._critic_step = lambda obs_c, actions, target: seen.append(target) or {}
+    sac.update(batch, torch.Generator().manual_seed(7))
+    torch.testing.assert_close(seen[0], expected)
+    assert (v[rows, best][:, None] >= v).all() and noise.shape == (b, 5, 2)
+    with pytest.raises(Exception, match="backup_samples"):
+        SACConfig(backup_samples=0).validate()

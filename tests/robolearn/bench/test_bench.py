@@ -215,6 +215,8 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
             assert all(compose("train", [*p, "env=antmaze-umaze"])["algo"] for p in phases)
             if name == "o2o-antmaze" and cfg.algo == "calql_antmaze":  # both phases: CORL's one agent
                 assert all(compose("train", p)["algo"]["cql_target_action_gap"] == 0.8 for p in phases)
+            if name == "o2o-antmaze" and cfg.algo == "wsrl_antmaze":  # WSRL's antmaze max backup online
+                assert compose("train", method.online)["algo"]["max_target_backup"] is True
             if name == "o2o-antmaze" and cfg.algo == "ro2o_antmaze":  # the LCB actor in both phases
                 assert all(compose("train", p)["algo"]["actor_objective"] == "lcb" for p in phases)
             if name == "o2o-v5" and cell.algo == "wsrl":  # WSRL pre-trains with CQL on locomotion
