@@ -284,7 +284,7 @@ def _normalized(dataset: Any) -> float | None:
     return is its sparse reward up to its first arrival, 1 or 0: the score is 100 x the share that arrived."""
     returns = dataset.episode_returns()
     meta = dataset.metadata
-    ends = (meta.get("env") or {}).get("overrides", {}).get("continuing_task") is False
+    ends = ((meta.get("env") or {}).get("overrides") or {}).get("continuing_task") is False
     went_on = ((meta.get("collected_in") or {}).get("overrides") or {}).get("continuing_task") is True
     if ends and went_on:
         returns = (returns > 0).astype(np.float64)

@@ -86,7 +86,12 @@ def dataset_task(metadata: Mapping[str, Any], obs_size: int | None, source: Any)
 
     task = metadata.get("task")
     if isinstance(task, str) and task in TASKS:
-        return TaskChoice(task, {}, None, "the dataset's metadata")
+        # a dataset that names an evaluation task apart from the one it was collected in (`collected_in`: the maze
+        # recipes) trains and scores with that task's options (antmaze: continuing_task=False, D4RL's evaluation);
+        # otherwise the recorded env is the collection's, whose options (a diverse kind's random starts) are not
+        env = metadata.get("env") if "collected_in" in metadata else None
+        overrides = dict(env.get("overrides") or {}) if isinstance(env, Mapping) else {}
+        return TaskChoice(task, overrides, None, "the dataset's metadata")
     minari = metadata.get("minari") if isinstance(metadata.get("minari"), Mapping) else {}
     for key in ("eval_env_spec", "env_spec"):
         spec = _env_spec(minari.get(key), f"{source}: {key}")

@@ -117,7 +117,9 @@ def finetune(cfg: FinetuneConfig) -> Path:
     if cfg.checkpoint is not None:  # the first seed's (a {seed} in it is each seed's)
         run = _checkpoint_run(seed_path(cfg.checkpoint, (seeds or [cfg.seed])[0]))
         dataset = dataset or run.get("dataset")
-        task = task or (run.get("env") or {}).get("name")
+        if task is None:  # the checkpoint's task, with the options it trained and scored with
+            task = (run.get("env") or {}).get("name")
+            task_overrides = dict((run.get("env") or {}).get("overrides") or {})
     reference = None
     if dataset is not None:  # its task, and its reference returns (measured at its episode length)
         meta = load_source(dataset)[1].metadata

@@ -91,8 +91,8 @@ class DSRLNA(SAC):
 
     def __init__(self, base: FlowPolicy | DiffusionPolicy, magnitude: float, obs_dim: int, critic_obs_dim: int,
                  cfg: SACConfig, noise_critic_steps: int = 1, device: str | torch.device = "cpu", shared: bool = False):
-        if cfg.compile or cfg.hl_gauss:
-            raise ConfigError("DSRL-NA supports neither sac.compile nor sac.hl_gauss")
+        if cfg.compile or cfg.hl_gauss or cfg.max_target_backup:
+            raise ConfigError("DSRL-NA supports none of sac.compile, sac.hl_gauss and sac.max_target_backup")
         self.chunk_dim = base.chunk * base.action_dim  # the TD critic's actions: whole chunks, shared latent or not
         super().__init__(obs_dim, critic_obs_dim, base.action_dim if shared else self.chunk_dim, cfg, device)
         self.base, self.magnitude, self.noise_critic_steps = base.to(self.device), magnitude, noise_critic_steps

@@ -176,6 +176,13 @@ def test_antmaze_datasets_drive_a_goal_reacher_through_d4rls_episodes(tmp_path):
     reached = [float(e.rewards.sum()) > 0 for e in data.episodes()]
     assert data.num_episodes == 4 and sum(reached) >= 3
     assert _normalized(data) == 100 * np.mean(reached)  # the suite's score of the data: the share that arrived
+    # training on it evaluates in that task: the dataset's recorded options reach the run's env
+    from robolearn.data.formats import save_dataset
+    from robolearn.runners.train import load_train_config
+
+    path = save_dataset(data, tmp_path / "antmaze-umaze-v0", "robolearn")
+    env = load_train_config(["algo=iql", f"dataset={path}"])["env"]
+    assert env["name"] == "antmaze-umaze" and env["overrides"]["continuing_task"] is False
     pendulum = tmp_path / "pendulum"
     assert main(["train", "env=pendulum-swingup", "algo=sac", f"run_dir={pendulum}", "progress=false",
                  "video=false", "runner.env_steps=50", "algo.learning_starts=25", "algo.batch_size=8",

@@ -110,12 +110,13 @@ def test_finetune_improves_a_pretrained_policy_and_reports(dataset, pretrained, 
     3200 env steps at UTD 4; here 8.8 -> 52 on 1600 at UTD 2); o2o.json holds the metrics, the bench reads them."""
     out = tmp_path / "wsrl"
     finetune(["algo=wsrl", f"checkpoint={pretrained}", f"run_dir={out}", "online_steps=1600", "eval_every=800",
-              "eval_episodes=8", "progress=false", f'online=["{EP}","algo.learning_starts=320",'
+              "eval_episodes=8", "progress=false", 'online=["algo.learning_starts=320",'
               '"algo.warmup_whole_episodes=false","algo.utd_ratio=2","algo.batch_size=128"]'])
     metrics = json.loads((out / "o2o.json").read_text())
     assert metrics["final_score"] > metrics["start_score"] + 30, metrics
     assert metrics["offline_score"] is not None and metrics["dataset"] == str(dataset)
     online = json.loads((out / "online" / "config.yaml").read_text())
+    assert online["env"]["overrides"]["episode_length"] == 200  # the checkpoint's task options, not given again
     assert online["runner"]["offline_data"] is None and online["algo"]["offline_ratio"] == 0.0  # WSRL keeps no data
     from robolearn.bench.cells import read_score
 
