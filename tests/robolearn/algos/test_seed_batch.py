@@ -18,7 +18,8 @@ VARIANTS = {"bc": {"actor_hidden": (16, 16)}, "iql": {**SMALL, "value_hidden": (
             "td3_bc": {**SMALL, "actor_every": 2}, "rebrac": {**SMALL, "actor_every": 2},
             "cql": {**SMALL, "cql_lagrange": True, "cql_n_actions": 3, "bc_steps": 2},
             "calql": {**SMALL, "cql_n_actions": 3},
-            "ro2o": {**SMALL, "num_critics": 3, "sample_size": 3, "ood_reg_decay": 0.01}}
+            "ro2o": {**SMALL, "num_critics": 3, "sample_size": 3, "ood_reg_decay": 0.01},
+            "ro2o:lcb": {**SMALL, "num_critics": 3, "sample_size": 3, "actor_objective": "lcb", "beta_bc": 5.0}}
 
 
 def batch(g: torch.Generator) -> dict:
@@ -29,7 +30,7 @@ def batch(g: torch.Generator) -> dict:
 
 
 def learners(name: str, compile: bool = False) -> list:
-    spec = algos.spec(name)
+    spec = algos.spec(name.split(":")[0])  # "<algo>:<variant>"
     cfg = spec.config(**VARIANTS[name])
     if compile:
         cfg.compile = True
@@ -103,13 +104,15 @@ def test_refuses_mixed_learners_and_algorithms_without_a_batched_update():
 
 
 ONLINE = {"sac": {**SMALL, "num_critics": 4, "num_min_critics": 2, "actor_every": 2},
+          "sac:max_backup": {**SMALL, "num_critics": 4, "num_min_critics": 2, "max_target_backup": True,
+                             "backup_samples": 3},
           "td3": {**SMALL, "actor_every": 2}}
 
 
 @pytest.mark.parametrize("name", sorted(ONLINE))
 def test_online_learners_follow_their_solo_runs(name):
     """SAC (random subsets of target critics, a learned temperature) and TD3 (smoothing noise, delayed actor)."""
-    spec = algos.spec(name)
+    spec = algos.spec(name.split(":")[0])
     batched = []
     for k in range(S):
         torch.manual_seed(k)
