@@ -154,6 +154,16 @@ def write_report(out: str | Path, reps: int = 50000) -> dict[str, Path]:
         from robolearn.eval.o2o import o2o_table
 
         lines += ["", *o2o_table(cells, algos, datasets)]
+    published = meta.get("published") or {}
+    if published:
+        lines += ["", "## Published numbers beside ours", "",
+                  "The suite's own datasets are rebuilt with D4RL's recipes, not D4RL's files, and its budget may be "
+                  "smaller: set them side by side, not equal.", "",
+                  "| algo | dataset | ours (final, mean ± std) | published |", "|---|---|---|---|"]
+        for algo in algos:
+            for data, text in (published.get(algo) or {}).items():
+                lines.append(f"| {algo} | {data} | {fmt(per_cell[algo][data]) if data in per_cell[algo] else '-'} | "
+                             f"{text} |")
     if has_curves:
         lines += ["", "## Learning curves (mean over seeds, 95% bootstrap CI)", "", "![curves](curves.png)"]
     if failed:

@@ -123,6 +123,9 @@ class Suite:
     overrides: list[str] = dataclasses.field(default_factory=list)
     description: str = ""
     command: str = "train"          # what a cell runs: `robolearn train`, or `robolearn finetune` (O2O: both phases)
+    #: algo -> dataset -> what a paper or a peer's table reports for that method on the original dataset, with its
+    #: source and budget; the report sets it beside this suite's scores.
+    published: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
     def only(self, algos: Sequence[str] | None, datasets: Sequence[str] | None) -> Suite:
         """This suite with only the named algorithms and datasets (None: all); an unknown name is a ConfigError."""
@@ -193,6 +196,10 @@ def load_suite(path: str | Path) -> Suite:
         if unknown:
             raise ConfigError(f"suite {path}: per_dataset of {algo.name} names datasets {unknown} the suite does not "
                               f"have ({datasets})")
+    for algo, by_dataset in suite.published.items():
+        unknown = sorted({algo} - {a.name for a in suite.algos}) + sorted(set(by_dataset) - set(datasets))
+        if unknown:
+            raise ConfigError(f"suite {path}: published names {unknown}, which the suite does not have")
     if suite.command not in COMMANDS:
         raise ConfigError(f"suite {path}: command must be one of {list(COMMANDS)}, got {suite.command!r}")
     if not suite.seeds or len(set(suite.seeds)) != len(suite.seeds):
@@ -283,7 +290,8 @@ def run_suite(cfg: BenchConfig) -> Path:
     write_json(out / "bench.json", {"suite": str(path), "name": path.stem, "overrides": list(cfg.overrides),
                                      "algos": [a.name for a in suite.algos],
                                      "datasets": [d.name for d in suite.datasets], "seeds": list(suite.seeds),
-                                     "description": suite.description, "cells": [c.id for c in cells]})
+                                     "description": suite.description, "cells": [c.id for c in cells],
+                                     "published": suite.published})
     pending = [c for c in cells if not _finished(out, c)]
     workers = cfg.workers or cores()
     print(f"bench {path.stem}: {len(cells)} cells ({len(suite.algos)} algos x {len(suite.datasets)} datasets x "

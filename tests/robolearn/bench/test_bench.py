@@ -185,7 +185,15 @@ def test_aggregates_match_hand_computed_values(tmp_path):
     assert results["scores"]["b"]["d1"]["n"] == 2 and results["runs_per_dataset"] == {"a": 3, "b": 2}
     report = (out / "report.md").read_text()
     assert "| a | 10.0 ± 8.2 | 56.7 ± 30.9 |" in report and "60.0 ± 10.0 (2/3)" in report
-    assert "25.0 [" in report and "`b__d1__seed2`: Boom" in report
+    assert "25.0 [" in report and "`b__d1__seed2`: Boom" in report and "Published" not in report
+    # a suite's published numbers (bench.json keeps them) sit beside its own scores
+    (out / "bench.json").write_text(json.dumps({"published": {"a": {"d2": "Paper X, 1M steps: 91.0"}}}))
+    assert main(["bench", "report", f"out={out}", "reps=300"]) == 0
+    assert "| a | d2 | 56.7 ± 30.9 | Paper X, 1M steps: 91.0 |" in (out / "report.md").read_text()
+    path = _suite(tmp_path / "p.yaml", [{"name": "x"}], [0])
+    path.write_text(json.dumps({**json.loads(path.read_text()), "published": {"y": {"pendulum": "text"}}}))
+    with pytest.raises(ConfigError, match=r"published names \['y'"):
+        load_suite(path)
 
 
 def test_suites_compose_and_bad_suites_are_errors(tmp_path):
