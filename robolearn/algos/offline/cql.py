@@ -30,9 +30,8 @@ from typing import Any
 
 import torch
 
-from policies.ensemble import QEnsemble
 from robolearn.algos.base import AlgoSpec, register
-from robolearn.algos.common import max_backup, polyak_update, subset_indices
+from robolearn.algos.common import max_backup, polyak_update, q_many, subset_indices
 from robolearn.algos.offline.base import OfflineAlgo, adam, check, check_common, make_actor, make_critics
 
 #: alpha' is clipped to at most this (CORL: torch.clamp(exp(log_alpha_prime), 0, 1e6)).
@@ -149,12 +148,6 @@ class CQL(OfflineAlgo):
         return {"target": target, "random": random, "current": normal(b, n, a), "next": normal(b, n, a),
                 "actor": normal(b, a), "subset": subset}
 
-    @staticmethod
-    def _q_many(critic: QEnsemble, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """[E, B, n] every critic at (s_b, actions[b, k]) for obs [B, D] and actions [B, n, A], in one pass."""
-        b, n, a = actions.shape
-        return critic(obs.repeat_interleave(n, 0), actions.reshape(b * n, a)).view(-1, b, n)
-
     # --- losses ---------------------------------------------------------------------------------
     @torch.no_grad()
     def target(self, batch: dict[str, Any], noise: torch.Tensor, subset: torch.Tensor | None = None) -> torch.Tensor:
@@ -163,7 +156,7 @@ class CQL(OfflineAlgo):
         next_obs = batch["next_obs"]["policy"]
         if self.cfg.cql_max_target_backup:
             next_actions, next_logp = self.actor.sample_many(next_obs, noise)
-            q = self._q_many(self.critic_target, next_obs, next_actions)
+            q = q_many(self.critic_target, next_obs, next_actions)
             next_q, next_logp = max_backup(q if subset is None else q[subset], next_logp)
         else:
             next_actions, next_logp = self.actor.sample(next_obs, noise=noise)
@@ -191,7 +184,7 @@ class CQL(OfflineAlgo):
             current, current_logp = self.actor.sample_many(obs, draws["current"])
             nxt, next_logp = self.actor.sample_many(batch["next_obs"]["policy"], draws["next"])
         n = cfg.cql_n_actions
-        q_all = self._q_many(self.critic, obs, torch.cat([draws["random"], nxt, current], 1))  # [E, B, 3n]
+        q_all = q_many(self.critic, obs, torch.cat([draws["random"], nxt, current], 1))  # [E, B, 3n]
         q_random, q_next, q_current = q_all.split(n, -1)
         q_current, q_next, stats = self.bound_policy_q(q_current, q_next, batch)
         if cfg.cql_importance_sample:

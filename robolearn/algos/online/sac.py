@@ -39,6 +39,7 @@ from robolearn.algos.common import (
     init_adam_state,
     max_backup,
     polyak_update,
+    q_many,
     shaped_rewards,
     subset_indices,
 )
@@ -260,9 +261,8 @@ class SAC:
         with torch.no_grad():
             if cfg.max_target_backup:
                 next_actions, next_logp = self.actor.sample_many(next_obs, noise)  # [B, n, A], [B, n]
-                b, n = next_logp.shape
-                q = self._q_values(self.critic_target(next_obs_c.repeat_interleave(n, 0), next_actions.flatten(0, 1)))
-                next_v, next_logp = max_backup(q[idx].unflatten(-1, (b, n)), next_logp)
+                q = self._q_values(q_many(self.critic_target, next_obs_c, next_actions))  # [E, B, n]
+                next_v, next_logp = max_backup(q[idx], next_logp)
             else:
                 next_actions, next_logp = self.actor.sample(next_obs, noise=noise)
                 next_v = self._target_min(next_obs_c, next_actions, idx)
