@@ -2,9 +2,10 @@
 # The long CPU jobs behind the standard offline benchmarks (issues 33 and 35), resumable across sessions: start it at a
 # session's beginning (`nohup bash benchmarks/studies/standard_offline_background.sh > runs/background.log 2>&1 &`).
 # Each job resumes where the last session stopped (training runs from their checkpoints, the bench from its finished
-# cells and packs). The fidelity bench runs at idle priority (`chrt -i 0`: `nice` does not hold across sessions'
-# autogroups); the training runs, the antmaze collection and the O2O comparison (which has no results yet) at nice 19
-# (PRIORITY): one core each for training and O2O, the fidelity bench on what is left.
+# cells and packs). The training runs, the antmaze collection and the fidelity bench (issue 33, ahead of 35; about
+# 30-40 minutes a dataset and algorithm on a core) run at nice 19 (PRIORITY): a core each. The O2O comparison (tens of
+# core-hours at its CPU budget) runs at idle priority (`chrt -i 0`: `nice` does not hold across sessions' autogroups)
+# on what is left, and takes a core when the others are done.
 #   1. the antmaze goal reacher: SAC on ant-goal, 3M env steps at most, snapshots every 100K (docs/offline-rl.md);
 #   2. once a reacher snapshot is committed as ant-goal's reference: D4RL's six antmaze datasets (data/antmaze);
 #      then ant-v5's behaviour run for the mujoco-v5 suite (1M env steps, snapshots every 50K);
@@ -74,7 +75,7 @@ cp -n benchmarks/results/o2o_v5_cpu/cells/*.json runs/o2o_v5_cpu/cells/ 2>/dev/n
 (
   for d in halfcheetah-v5-medium hopper-v5-medium; do
     until grep -q "\"$d-v0\"" data/mujoco-v5/suite.json 2>/dev/null; do sleep 60; done
-    OMP_NUM_THREADS=1 "${PRIORITY[@]}" .venv/bin/robolearn bench suite=o2o-v5 pack_seeds=true workers=1 \
+    OMP_NUM_THREADS=1 chrt -i 0 .venv/bin/robolearn bench suite=o2o-v5 pack_seeds=true workers=1 \
       out=runs/o2o_v5_cpu "datasets=[$d]" overrides="[offline_steps=10000,online_steps=20000,eval_every=2000,$O2O_CPU]"
   done
 ) >> runs/o2o_v5_cpu.log 2>&1 &
@@ -83,7 +84,7 @@ cp -n benchmarks/results/offline_fidelity_v5/cells/*.json runs/offline_fidelity_
 for d in halfcheetah-v5-medium halfcheetah-v5-medium-expert halfcheetah-v5-medium-replay hopper-v5-medium \
          hopper-v5-medium-expert hopper-v5-medium-replay; do
   until grep -q "\"$d-v0\"" data/mujoco-v5/suite.json 2>/dev/null; do sleep 60; done
-  OMP_NUM_THREADS=1 chrt -i 0 .venv/bin/robolearn bench suite=offline-fidelity-v5 pack_seeds=true workers=1 \
+  OMP_NUM_THREADS=1 "${PRIORITY[@]}" .venv/bin/robolearn bench suite=offline-fidelity-v5 pack_seeds=true workers=1 \
     "algos=[bc,td3_bc,iql]" "datasets=[$d]" out=runs/offline_fidelity_v5
 done
 wait
