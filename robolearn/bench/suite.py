@@ -207,6 +207,11 @@ def load_suite(path: str | Path) -> Suite:
     return suite
 
 
+def cell_id(algo: str, dataset: str, seed: int) -> str:
+    """A cell's name: its result's file name in <out>/cells/ and its run folder's."""
+    return f"{algo}__{dataset}__seed{seed}"
+
+
 def plan(suite: Suite, out: Path, overrides: Sequence[str] = (), pack_seeds: bool = False) -> list[Cell]:
     """Every cell of the suite, seed-major: an interrupted run has every algorithm on every dataset for its first
     seeds, a comparison already, rather than some algorithms only. `pack_seeds`: the offline train cells of one
@@ -217,12 +222,12 @@ def plan(suite: Suite, out: Path, overrides: Sequence[str] = (), pack_seeds: boo
     for seed in suite.seeds:
         for data in suite.datasets:
             for algo in suite.algos:
-                cell_id = f"{algo.name}__{data.name}__seed{seed}"
+                name = cell_id(algo.name, data.name, seed)
                 args = ["video=false", *suite.overrides, *algo.overrides, *algo.per_dataset.get(data.name, []),
                         *data.overrides, *overrides,
                         f"seed={seed}", "progress=false"]
-                cell = Cell(cell_id, algo.name, data.name, int(seed), args, str(out / "runs" / cell_id),
-                            str(Path.cwd()), str(out / "logs" / f"{cell_id}.log"), suite.command)
+                cell = Cell(name, algo.name, data.name, int(seed), args, str(out / "runs" / name),
+                            str(Path.cwd()), str(out / "logs" / f"{name}.log"), suite.command)
                 if pack_seeds:
                     key = (algo.name, data.name)
                     if key not in offline:  # finetune seeds= batches every method; train seeds=, offline runs
@@ -283,15 +288,20 @@ def run_suite(cfg: BenchConfig) -> Path:
     if cfg.suite is None:
         raise ConfigError("which suite? suite=<name in configs/bench/ or a YAML file>")
     path = suite_path(cfg.suite)
-    suite = load_suite(path).only(cfg.algos, cfg.datasets)
+    whole = load_suite(path)
+    suite = whole.only(cfg.algos, cfg.datasets)
     out = Path(cfg.out or f"bench/{path.stem}")
     cells = plan(suite, out, cfg.overrides, cfg.pack_seeds)
     (out / "cells").mkdir(parents=True, exist_ok=True)
+    # bench.json names the whole suite, also when algos= / datasets= run a part of it: the report covers every
+    # part run into this folder so far, and names the cells still to run
     write_json(out / "bench.json", {"suite": str(path), "name": path.stem, "overrides": list(cfg.overrides),
-                                     "algos": [a.name for a in suite.algos],
-                                     "datasets": [d.name for d in suite.datasets], "seeds": list(suite.seeds),
-                                     "description": suite.description, "cells": [c.id for c in cells],
-                                     "published": suite.published})
+                                     "algos": [a.name for a in whole.algos],
+                                     "datasets": [d.name for d in whole.datasets], "seeds": list(whole.seeds),
+                                     "description": whole.description,
+                                     "cells": [cell_id(a.name, d.name, s) for s in whole.seeds
+                                               for d in whole.datasets for a in whole.algos],
+                                     "published": whole.published})
     pending = [c for c in cells if not _finished(out, c)]
     workers = cfg.workers or cores()
     print(f"bench {path.stem}: {len(cells)} cells ({len(suite.algos)} algos x {len(suite.datasets)} datasets x "
@@ -375,5 +385,5 @@ def _renamed(overrides: Any, command: str) -> Any:
     return out
 
 
-def _cell(cells: Sequence[Cell], cell_id: str) -> Cell:
-    return next(c for c in cells if c.id == cell_id)
+def _cell(cells: Sequence[Cell], ident: str) -> Cell:
+    return next(c for c in cells if c.id == ident)

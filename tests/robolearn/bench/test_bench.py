@@ -196,6 +196,33 @@ def test_aggregates_match_hand_computed_values(tmp_path):
         load_suite(path)
 
 
+def test_parts_of_a_suite_run_into_one_folder_report_together(tmp_path, monkeypatch):
+    """`algos=` / `datasets=` run a part of a suite, the rest later into the same folder: the report covers every
+    part finished there and counts what is still to run (the cells' training is stubbed: this is bookkeeping)."""
+    import robolearn.bench.suite as bench_suite
+
+    def train(units, finished, workers):
+        for cell in units:
+            finished({"id": cell.id, "algo": cell.algo, "dataset": cell.dataset, "seed": cell.seed,
+                      "score": {"a": 10.0, "b": 20.0}[cell.algo] + cell.seed, "curve": [[1, 0.0]],
+                      "source": "eval/normalized_score", "wall_s": 1.0, "error": None})
+
+    monkeypatch.setattr(bench_suite, "run_local", train)
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps({"algos": [{"name": "a"}, {"name": "b"}],
+                                "datasets": [{"name": "d1"}, {"name": "d2"}], "seeds": [0, 1]}))
+    out = tmp_path / "out"
+    run_suite(BenchConfig(suite=str(path), out=str(out), datasets=["d2"], reps=100))
+    assert "2 not run yet" not in (out / "report.md").read_text()  # d1's 4 cells are
+    assert "4 not run yet" in (out / "report.md").read_text()
+    run_suite(BenchConfig(suite=str(path), out=str(out), algos=["a"], datasets=["d1"], reps=100))
+    results = json.loads((out / "results.json").read_text())
+    assert results["datasets"] == ["d1", "d2"] and results["algos"] == ["a", "b"]
+    assert results["scores"]["a"]["d1"]["mean"] == 10.5 and results["scores"]["b"]["d2"]["mean"] == 20.5
+    assert results["scores"]["b"]["d1"]["n"] == 0
+    assert "2 not run yet" in (out / "report.md").read_text()
+
+
 def test_suites_compose_and_bad_suites_are_errors(tmp_path):
     from robolearn.runners.o2o import load_config
 
