@@ -12,7 +12,8 @@
 #   3. the O2O comparison (WSRL, RO2O, Cal-QL, RLPD, SAC) on halfcheetah-v5-medium and hopper-v5-medium at the CPU
 #      budget of configs/bench/o2o-v5.yaml's header (64x64, 10K offline + 20K online steps, 5 seeds packed);
 #   4. the v5 fidelity bench (BC, TD3+BC, IQL; 100K steps, 3 seeds packed), dataset by dataset as the suite has it
-#      (the cells committed in benchmarks/results/offline_fidelity_v5/cells count as done).
+#      (the cells committed in benchmarks/results/offline_fidelity_v5/cells count as done), then ReBRAC on
+#      halfcheetah-v5-medium.
 # The suite's datasets regenerate first when data/mujoco-v5 is missing, from the committed behaviour folders (about 25
 # minutes beside these jobs).
 # A machine reset takes runs/ with it (it has happened): every 10 minutes `keep` copies a training run's networks (its
@@ -87,4 +88,7 @@ for d in halfcheetah-v5-medium halfcheetah-v5-medium-expert halfcheetah-v5-mediu
   OMP_NUM_THREADS=1 "${PRIORITY[@]}" .venv/bin/robolearn bench suite=offline-fidelity-v5 pack_seeds=true workers=1 \
     "algos=[bc,td3_bc,iql]" "datasets=[$d]" out=runs/offline_fidelity_v5
 done
+# then ReBRAC on halfcheetah-v5-medium (about 4.3 core-hours at 100K, 3 seeds packed; CQL's 20+ wait for a GPU)
+OMP_NUM_THREADS=1 "${PRIORITY[@]}" .venv/bin/robolearn bench suite=offline-fidelity-v5 pack_seeds=true workers=1 \
+  "algos=[rebrac]" "datasets=[halfcheetah-v5-medium]" out=runs/offline_fidelity_v5
 wait
