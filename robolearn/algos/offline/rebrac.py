@@ -79,7 +79,7 @@ class ReBRAC(TD3BC):
         within each episode (`step_starts` [E + 1] as `robolearn.data.Dataset`'s). An episode's last step has no
         next action in the data: it repeats its own, which matters only where a time-out bootstraps (CORL drops
         time-out transitions instead)."""
-        actions = torch.as_tensor(actions, dtype=torch.float32)
+        actions = torch.tensor(actions, dtype=torch.float32)  # a copy: the data may be a read-only memory map
         following = torch.cat([actions[1:], actions[-1:]])
         last = torch.as_tensor(step_starts[1:], dtype=torch.long) - 1  # each episode's last step
         following[last] = actions[last]
