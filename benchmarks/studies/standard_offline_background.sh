@@ -10,7 +10,8 @@
 #   2. once a reacher snapshot is committed as ant-goal's reference: D4RL's six antmaze datasets (data/antmaze);
 #      then ant-v5's behaviour run for the mujoco-v5 suite (1M env steps, snapshots every 50K);
 #   3. the O2O comparison (WSRL, RO2O, Cal-QL, RLPD, SAC) on halfcheetah-v5-medium and hopper-v5-medium at the CPU
-#      budget of configs/bench/o2o-v5.yaml's header (64x64, 10K offline + 20K online steps, 5 seeds packed);
+#      budget of configs/bench/o2o-v5.yaml's header (64x64, 10K offline + 20K online steps, 5 seeds packed), then on
+#      antmaze-umaze and -diverse (configs/bench/o2o-antmaze.yaml) at the same budget;
 #   4. the v5 fidelity bench (BC, TD3+BC, IQL; 100K steps, 3 seeds packed), dataset by dataset as the suite has it
 #      (the cells committed in benchmarks/results/offline_fidelity_v5/cells count as done), then ReBRAC on
 #      halfcheetah-v5-medium.
@@ -79,6 +80,12 @@ cp -n benchmarks/results/o2o_v5_cpu/cells/*.json runs/o2o_v5_cpu/cells/ 2>/dev/n
     OMP_NUM_THREADS=1 chrt -i 0 .venv/bin/robolearn bench suite=o2o-v5 pack_seeds=true workers=1 \
       out=runs/o2o_v5_cpu "datasets=[$d]" overrides="[offline_steps=10000,online_steps=20000,eval_every=2000,$O2O_CPU]"
   done
+  # then the antmaze part (configs/bench/o2o-antmaze.yaml) at the same CPU budget, once the antmaze suite is made
+  mkdir -p runs/o2o_antmaze_cpu/cells
+  cp -n benchmarks/results/o2o_antmaze_cpu/cells/*.json runs/o2o_antmaze_cpu/cells/ 2>/dev/null
+  until [ -f data/antmaze/suite.json ]; do sleep 60; done
+  OMP_NUM_THREADS=1 chrt -i 0 .venv/bin/robolearn bench suite=o2o-antmaze pack_seeds=true workers=1 \
+    out=runs/o2o_antmaze_cpu overrides="[offline_steps=10000,online_steps=20000,eval_every=2000,$O2O_CPU]"
 ) >> runs/o2o_v5_cpu.log 2>&1 &
 mkdir -p runs/offline_fidelity_v5/cells  # the committed cells count as done: the bench skips them
 cp -n benchmarks/results/offline_fidelity_v5/cells/*.json runs/offline_fidelity_v5/cells/
