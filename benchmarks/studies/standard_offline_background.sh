@@ -57,19 +57,20 @@ keep() {  # keep <run dir>: every 10 minutes, its networks and snapshots into th
     [ -d "$run/snapshots" ] && cp -r "$run/snapshots" "$dst/"
   done
 }
-if [ ! -f data/mujoco-v5/suite.json ]; then
-  OMP_NUM_THREADS=1 chrt -i 0 .venv/bin/robolearn collect suite=mujoco-v5 \
-    "tasks=[halfcheetah-v5,hopper-v5,walker2d-v5]" progress=false > runs/collect-mujoco-v5.log 2>&1 &
+if ! grep -q '"ant-v5-full-replay-v0"' data/mujoco-v5/suite.json 2>/dev/null; then  # its last dataset
+  OMP_NUM_THREADS=1 chrt -i 0 .venv/bin/robolearn collect suite=mujoco-v5 progress=false \
+    > runs/collect-mujoco-v5.log 2>&1 &
 fi
 [ -f $REACHER ] || keep runs/behaviour/ant-goal-sac &
-keep runs/behaviour/ant-v5-sac &
+ANT_V5=benchmarks/behaviour/ant-v5-sac/behaviour.json  # committed: ant-v5's behaviour run is over
+[ -f $ANT_V5 ] || keep runs/behaviour/ant-v5-sac &
 (
   # the reacher trains until one of its snapshots is committed as ant-goal's reference (benchmarks/references/)
   [ -f $REACHER ] || train runs/behaviour/ant-goal-sac env=ant-goal algo=sac seed=0 algo.compile=true \
     runner.env_steps=3000000 runner.snapshot_every=100000 runner.eval_every=50000
   # then D4RL's six antmaze datasets from it (data/antmaze; resumes dataset by dataset)
   [ -f $REACHER ] && OMP_NUM_THREADS=1 "${PRIORITY[@]}" .venv/bin/robolearn collect suite=antmaze progress=false
-  train runs/behaviour/ant-v5-sac env=ant-v5 algo=sac seed=0 algo.compile=true runner.env_steps=1000000 \
+  [ -f $ANT_V5 ] || train runs/behaviour/ant-v5-sac env=ant-v5 algo=sac seed=0 algo.compile=true runner.env_steps=1000000 \
     runner.snapshot_every=50000 runner.eval_every=50000
 ) >> runs/behaviour/background.log 2>&1 &
 mkdir -p runs/o2o_v5_cpu/cells  # issue 35's O2O comparison at its CPU budget (configs/bench/o2o-v5.yaml's header)
