@@ -8,7 +8,8 @@
 # on what is left, and takes a core when the others are done.
 #   1. the antmaze goal reacher: SAC on ant-goal, 3M env steps at most, snapshots every 100K (docs/offline-rl.md);
 #   2. once a reacher snapshot is committed as ant-goal's reference: D4RL's six antmaze datasets (data/antmaze);
-#      then ant-v5's behaviour run for the mujoco-v5 suite (1M env steps, snapshots every 50K);
+#      then ant-v5's behaviour run for the mujoco-v5 suite (1M env steps, snapshots every 50K; both runs are over
+#      and committed, so neither trains again);
 #   3. the O2O comparison (WSRL, RO2O, Cal-QL, RLPD, SAC) on halfcheetah-v5-medium and hopper-v5-medium at the CPU
 #      budget of configs/bench/o2o-v5.yaml's header (64x64, 10K offline + 20K online steps, 5 seeds packed), then on
 #      antmaze-umaze and -diverse (configs/bench/o2o-antmaze.yaml) at the same budget;
@@ -70,8 +71,8 @@ ANT_V5=benchmarks/behaviour/ant-v5-sac/behaviour.json  # committed: ant-v5's beh
     runner.env_steps=3000000 runner.snapshot_every=100000 runner.eval_every=50000
   # then D4RL's six antmaze datasets from it (data/antmaze; resumes dataset by dataset)
   [ -f $REACHER ] && OMP_NUM_THREADS=1 "${PRIORITY[@]}" .venv/bin/robolearn collect suite=antmaze progress=false
-  [ -f $ANT_V5 ] || train runs/behaviour/ant-v5-sac env=ant-v5 algo=sac seed=0 algo.compile=true runner.env_steps=1000000 \
-    runner.snapshot_every=50000 runner.eval_every=50000
+  [ -f $ANT_V5 ] || train runs/behaviour/ant-v5-sac env=ant-v5 algo=sac seed=0 algo.compile=true \
+    runner.env_steps=1000000 runner.snapshot_every=50000 runner.eval_every=50000
 ) >> runs/behaviour/background.log 2>&1 &
 mkdir -p runs/o2o_v5_cpu/cells  # issue 35's O2O comparison at its CPU budget (configs/bench/o2o-v5.yaml's header)
 cp -n benchmarks/results/o2o_v5_cpu/cells/*.json runs/o2o_v5_cpu/cells/ 2>/dev/null
