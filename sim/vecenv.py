@@ -21,12 +21,14 @@ from sim.core import State, Task
 from sim.env import Env
 from sim.errors import ActionError, ConfigError
 
-#: XLA options for the C engine's VecEnv executables: their JAX side is the task's small reward / observation math
-#: around the engine's callbacks, so LLVM's optimisation passes buy no step time there, and skipping them halves the
-#: compile (measured on this CPU: halfcheetah-v5 1.5 -> 0.7 s, ant-goal 2.9 -> 1.55 s a VecEnv; 1000 steps of 64 envs
-#: within noise; benchmarks/speed/c_engine_compile.py). MJX's executables, whose physics is the JAX code, keep the
-#: default.
-C_ENGINE_COMPILE = {"xla_backend_optimization_level": 0}
+#: XLA options for the C engine's VecEnv executables: None, XLA's defaults. `FAST_C_ENGINE_COMPILE` (LLVM's
+#: optimisation passes off) halves a VecEnv's compile (halfcheetah-v5 1.5 -> 0.7 s, ant-goal 2.9 -> 1.55 s on this CPU;
+#: benchmarks/speed/c_engine_compile.py) but rounds the JAX side's arithmetic differently: the reset noise lands one
+#: ulp away (every one of 100 hopper-v5 resets), and from there a falling hopper's trajectory is another. Every
+#: C-engine dataset, evaluation and training run depends on these bits, and the committed datasets' fingerprints
+#: (configs/dataset/*.yaml) are those of the defaults, so the defaults stay.
+C_ENGINE_COMPILE: dict[str, Any] | None = None
+FAST_C_ENGINE_COMPILE = {"xla_backend_optimization_level": 0}
 
 
 def to_torch(x: jax.Array, device: torch.device) -> torch.Tensor:
@@ -193,8 +195,8 @@ class VecEnv:
         """Compile reset and step ahead of time, side by side (cold start is the top MJX complaint).
 
         Executables that call back into the C engine cannot enter JAX's persistent cache, so on the
-        CPU backend every VecEnv compiles its own; compiling both at once, and without LLVM's
-        optimisation passes (`C_ENGINE_COMPILE`), is what keeps its first step quick.
+        CPU backend every VecEnv compiles its own; compiling both at once is what keeps its first step
+        quick (with XLA's default options, `C_ENGINE_COMPILE`: they decide the bits of every trajectory).
         """
         keys = jax.ShapeDtypeStruct((self.num_envs, 2), jnp.uint32)
         state = jax.eval_shape(self.env.batched_reset, keys)

@@ -13,9 +13,9 @@
 #   3. the O2O comparison (WSRL, RO2O, Cal-QL, RLPD, SAC) on halfcheetah-v5-medium and hopper-v5-medium at the CPU
 #      budget of configs/bench/o2o-v5.yaml's header (64x64, 10K offline + 20K online steps, 5 seeds packed), then on
 #      antmaze-umaze and -diverse (configs/bench/o2o-antmaze.yaml) at the same budget;
-#   4. the v5 fidelity bench (BC, TD3+BC, IQL; 100K steps, 3 seeds packed), dataset by dataset as the suite has it
-#      (the cells committed in benchmarks/results/offline_fidelity_v5/cells count as done), then ReBRAC on
-#      halfcheetah-v5-medium.
+#   4. the v5 fidelity bench (BC, TD3+BC, IQL; 100K steps, 3 seeds packed), dataset by dataset (the cells committed
+#      in benchmarks/results/offline_fidelity_v5/cells count as done), then ReBRAC on halfcheetah-v5-medium, then
+#      hopper-v5-medium and halfcheetah-v5-medium-replay again on the datasets as the suite makes them now.
 # The suite's datasets regenerate first when data/mujoco-v5 is missing, from the committed behaviour folders (about 25
 # minutes beside these jobs).
 # A machine reset takes runs/ with it (it has happened): every 10 minutes `keep` copies a training run's networks (its
@@ -91,13 +91,19 @@ cp -n benchmarks/results/o2o_v5_cpu/cells/*.json runs/o2o_v5_cpu/cells/ 2>/dev/n
 ) >> runs/o2o_v5_cpu.log 2>&1 &
 mkdir -p runs/offline_fidelity_v5/cells  # the committed cells count as done: the bench skips them
 cp -n benchmarks/results/offline_fidelity_v5/cells/*.json runs/offline_fidelity_v5/cells/
-for d in halfcheetah-v5-medium halfcheetah-v5-medium-expert halfcheetah-v5-medium-replay hopper-v5-medium \
-         hopper-v5-medium-expert hopper-v5-medium-replay; do
-  until grep -q "\"$d-v0\"" data/mujoco-v5/suite.json 2>/dev/null; do sleep 60; done
+fidelity() {  # fidelity <algos> <dataset>: once the dataset is made
+  until grep -q "\"$2-v0\"" data/mujoco-v5/suite.json 2>/dev/null; do sleep 60; done
   OMP_NUM_THREADS=1 "${PRIORITY[@]}" .venv/bin/robolearn bench suite=offline-fidelity-v5 pack_seeds=true workers=1 \
-    "algos=[bc,td3_bc,iql]" "datasets=[$d]" out=runs/offline_fidelity_v5
+    "algos=[$1]" "datasets=[$2]" out=runs/offline_fidelity_v5
+}
+for d in halfcheetah-v5-medium halfcheetah-v5-medium-expert hopper-v5-medium-expert hopper-v5-medium-replay; do
+  fidelity bc,td3_bc,iql $d
 done
 # then ReBRAC on halfcheetah-v5-medium (about 4.3 core-hours at 100K, 3 seeds packed; CQL's 20+ wait for a GPU)
-OMP_NUM_THREADS=1 "${PRIORITY[@]}" .venv/bin/robolearn bench suite=offline-fidelity-v5 pack_seeds=true workers=1 \
-  "algos=[rebrac]" "datasets=[halfcheetah-v5-medium]" out=runs/offline_fidelity_v5
+fidelity rebrac halfcheetah-v5-medium
+# then again on the two datasets whose committed cells trained on their earlier generation (made with
+# sim.vecenv.FAST_C_ENGINE_COMPILE: the same recipe, other bits; benchmarks/results/offline_fidelity_v5/earlier-data)
+for d in hopper-v5-medium halfcheetah-v5-medium-replay; do
+  fidelity bc,td3_bc,iql $d
+done
 wait
