@@ -51,6 +51,7 @@ without shipping its buffer. ``behaviour=<run dir>`` builds such a folder from a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -471,9 +472,21 @@ def collect(cfg: CollectConfig) -> Dataset:
             "return_mean": float(returns.mean()), "return_std": float(returns.std()),
             "ref_min_score": None if ref_min is None else float(ref_min),
             "ref_max_score": None if ref_max is None else float(ref_max),
-            "collection_seconds": time.perf_counter() - began, **origin}
+            "collection_seconds": time.perf_counter() - began, "software": _software(), **origin}
     return Dataset.from_episodes(episodes, {k: v for k, v in meta.items() if v is not None},
                                  source=f"collect {cfg.env.name} {cfg.kind}")
+
+
+def _software() -> dict[str, str]:
+    """The versions that decide a collected dataset's bits (the simulator, JAX's compiler around it, the policy's
+    torch), recorded in its metadata: two machines that make different bits from one recipe differ in these first."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for package in ("robolearn", "mujoco", "jax", "jaxlib", "torch", "numpy"):
+        with contextlib.suppress(PackageNotFoundError):
+            found[package] = version(package)
+    return found
 
 
 def _from_behaviour(cfg: CollectConfig) -> tuple[CollectConfig, dict[str, Any], dict[str, Any]]:

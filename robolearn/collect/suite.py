@@ -29,9 +29,11 @@ is a `ConfigError` naming the commands that make it. Every kind of such a task (
 task as the run trained in it (the folder's ``env_overrides``, e.g. a shorter episode), so its datasets agree.
 
 Everything is seeded (``seed``), and the suite resumes: a dataset folder that exists is kept, a training run
-continues from its last chunk. ``<out>/suite.json`` records every dataset's size, return, normalised score and
-generation time and where it came from (``source``: the behaviour folder and snapshots, or the policy; the behaviour
-training is timed per task), and `suite_table` renders it as markdown.
+continues from its last chunk. ``<out>/suite.json`` records every dataset's size, return, normalised score,
+generation time, fingerprint (`Dataset.fingerprint`: the sha256 of its arrays) and where it came from (``source``:
+the behaviour folder and snapshots, or the policy; the behaviour training is timed per task), and `suite_table`
+renders it as markdown. A suite YAML's ``fingerprints:`` (dataset name -> sha256) are the datasets its committed
+results were measured on; the run ends by saying which datasets it made bit for bit (`check_fingerprints`).
 """
 
 from __future__ import annotations
@@ -172,7 +174,25 @@ def run_suite(cfg: CollectConfig) -> Path:
                     _collect_kind(t, kind, policy, out, fmt, seed, (lo, hi), cfg.progress, record, record_path)
     (out / "README.md").write_text(f"# Dataset suite {name}\n\n{suite_table(record)}\n")
     print(suite_table(record))
+    print(check_fingerprints(record, settings.get("fingerprints") or {}))
     return out
+
+
+def check_fingerprints(record: dict[str, Any], expected: dict[str, str]) -> str:
+    """Whether the suite's datasets are bit for bit the ones its YAML's ``fingerprints`` name (the data behind the
+    committed results; `Dataset.fingerprint`). A mismatch is reported, not raised: the same recipe on another
+    machine or library version can round differently, and then the numbers measured on the recorded data are for
+    comparison, not reproduction."""
+    if not expected:
+        return "fingerprints: the suite records none to check against"
+    made = {k: v.get("fingerprint") for k, v in record["datasets"].items() if k in expected}
+    same = sorted(k for k, v in made.items() if v == expected[k])
+    other = sorted(k for k, v in made.items() if v is not None and v != expected[k])
+    lines = [f"fingerprints: {len(same)} of the {len(made)} datasets made here are bit for bit the suite's recorded "
+             f"ones ({len(expected) - len(made)} of its {len(expected)} not made here)"]
+    if other:
+        lines.append(f"  other bits than recorded (same recipe; compare statistics, not bits): {', '.join(other)}")
+    return "\n".join(lines)
 
 
 def _collect_kind(t: TaskSuite, kind: str, policy: str | None, out: Path, fmt: str, seed: int,
@@ -184,6 +204,12 @@ def _collect_kind(t: TaskSuite, kind: str, policy: str | None, out: Path, fmt: s
 
     path = out / f"{t.task}-{kind}-v0"
     if path.exists():
+        kept = record["datasets"].get(path.name)
+        if kept is not None and "fingerprint" not in kept:  # made before fingerprints were recorded
+            from robolearn.data.formats import load_dataset
+
+            kept["fingerprint"] = load_dataset(path).fingerprint()
+            write_json(record_path, record)
         return
     env = EnvConfig(name=t.task, num_envs=t.num_envs, overrides=dict(env_overrides or {}))
     transitions = t.transitions if kind in TRANSITION_KINDS else None  # the replay kinds hold their run's env steps
@@ -203,6 +229,7 @@ def _collect_kind(t: TaskSuite, kind: str, policy: str | None, out: Path, fmt: s
         "bytes": _size(written), "seconds": round(time.perf_counter() - began, 2),
         "return_mean": dataset.metadata.get("return_mean", float(dataset.episode_returns().mean())),
         "normalized_score": _normalized(dataset), "source": _source(dataset.metadata),
+        "fingerprint": dataset.fingerprint(),
     }
     write_json(record_path, record)
     print(f"{path.name}: {dataset.num_steps} steps, {record['datasets'][path.name]['seconds']} s")

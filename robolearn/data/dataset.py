@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import json
 import math
 import os
@@ -268,6 +269,17 @@ class Dataset:
                      "metadata": jsonable(self.metadata)}
             (tmp / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True))
         return folder
+
+    def fingerprint(self) -> str:
+        """The sha256 of the arrays (each one's name, dtype, shape and bytes, in name order): two datasets with the
+        same fingerprint hold the same data, whatever their format, folder or metadata. `robolearn collect suite=`
+        records it, so a regenerated dataset can be checked against the one committed results were measured on."""
+        digest = hashlib.sha256()
+        for key, value in sorted(self._arrays().items()):
+            value = np.ascontiguousarray(value)  # saved arrays are; a memory map is read once, not copied
+            digest.update(f"{key}:{value.dtype.str}:{value.shape};".encode())
+            digest.update(memoryview(value.reshape(-1)).cast("B"))
+        return digest.hexdigest()
 
     def _arrays(self) -> dict[str, np.ndarray]:
         out = {f"observations.{g}": v for g, v in self.observations.items()}

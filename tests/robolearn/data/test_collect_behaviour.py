@@ -146,6 +146,33 @@ def test_suite_from_behaviour_regenerates_identically(folder, tmp_path):
         assert [{k: v for k, v in m.items() if k != "collection_seconds"} for m in meta] == [
             {k: v for k, v in meta[1].items() if k != "collection_seconds"}] * 2
     assert "Behaviour of pendulum-swingup" in (outs[0] / "README.md").read_text()
+    assert {"mujoco", "jax", "jaxlib", "torch", "numpy"} <= set(meta[0]["software"])  # what decides the bits
+    # suite.json fingerprints each dataset (the sha256 of its arrays): equal across the two regenerations
+    again = json.loads((outs[1] / "suite.json").read_text())
+    for name, d in record["datasets"].items():
+        assert d["fingerprint"] == load_dataset(outs[0] / name).fingerprint() == again["datasets"][name]["fingerprint"]
+
+
+def test_suite_checks_its_recorded_fingerprints_and_fills_in_missing_ones(folder, tmp_path, capsys):
+    """A suite YAML's `fingerprints:` are the datasets its results were measured on: the run says which it made bit for
+    bit and which not (not an error: another machine may round differently); a record made before fingerprints gets
+    them from the datasets on disk."""
+    path, out = tmp_path / "tiny.yaml", tmp_path / "data"
+    path.write_text(SUITE.format(folder=folder))
+    assert main(["collect", f"suite={path}", f"out={out}", "progress=false"]) == 0
+    assert "fingerprints: the suite records none to check against" in capsys.readouterr().out
+    record = json.loads((out / "suite.json").read_text())
+    made = {k: v.pop("fingerprint") for k, v in record["datasets"].items()}
+    (out / "suite.json").write_text(json.dumps(record))  # as a suite.json from before fingerprints
+    recorded = dict(made, **{"pendulum-swingup-expert-v0": "0" * 64, "pendulum-swingup-elsewhere-v0": "1" * 64})
+    path.write_text(SUITE.format(folder=folder) + "fingerprints:\n" +
+                    "".join(f"  {k}: '{v}'\n" for k, v in recorded.items()))
+    assert main(["collect", f"suite={path}", f"out={out}", "progress=false"]) == 0
+    printed = capsys.readouterr().out
+    assert {k: v["fingerprint"] for k, v in json.loads((out / "suite.json").read_text())["datasets"].items()} == made
+    assert f"fingerprints: {len(made) - 1} of the {len(made)} datasets made here are bit for bit the suite's " \
+           f"recorded ones (1 of its {len(made) + 1} not made here)" in printed
+    assert "other bits than recorded (same recipe; compare statistics, not bits): pendulum-swingup-expert-v0" in printed
 
 
 def test_missing_behaviour_folder_says_how_to_make_it(tmp_path):

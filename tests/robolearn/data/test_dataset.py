@@ -54,6 +54,19 @@ def test_save_and_load_memory_mapped(tmp_path):
     assert np.array_equal(again.observations["arm/qpos"], data.observations["policy"]) and "sub/x" in again.infos
 
 
+def test_fingerprint_is_the_arrays_bits_not_the_metadata_or_folder(tmp_path):
+    data = Dataset.from_episodes(episodes(), {"task": "cheetah-run"})
+    print_ = data.fingerprint()
+    assert len(print_) == 64 and Dataset.load(data.save(tmp_path / "ds")).fingerprint() == print_  # memory-mapped
+    relabelled = Dataset(data.observations, data.actions, data.rewards, data.terminations, data.truncations,
+                         data.lengths, data.infos, {"task": "other"})
+    assert relabelled.fingerprint() == print_
+    rewards = data.rewards.copy()
+    rewards[3] = np.nextafter(rewards[3], np.float32(np.inf))  # one ulp in one reward
+    assert Dataset(data.observations, data.actions, rewards, data.terminations, data.truncations, data.lengths,
+                   data.infos).fingerprint() != print_
+
+
 @pytest.mark.parametrize("damage, match", [
     (lambda f: (f / "rewards.npy").write_bytes((f / "rewards.npy").read_bytes()[:-7]), "truncated or corrupt"),
     (lambda f: (f / "actions.npy").unlink(), "actions.npy is missing"),
