@@ -18,7 +18,12 @@
 #      hopper-v5-medium and halfcheetah-v5-medium-replay again on the datasets as the suite makes them now.
 # The suite's datasets regenerate first when data/mujoco-v5 is missing, from the committed behaviour folders (about 25
 # minutes beside these jobs).
-# A machine reset takes runs/ with it (it has happened): every 10 minutes `keep` copies a training run's networks (its
+# A machine reset takes runs/ with it (it has happened). Every 10 minutes `keep_bench` copies the unfinished packs of
+# the O2O benches (their configs, metrics and offline checkpoints: about 1 MB a seed; not the tensorboard logs nor
+# the online phases, whose checkpoints hold replay buffers) into the tracked benchmarks/in-progress/<bench>/, for the session
+# to commit, and `restore_bench` puts them back where a reset took them, so an offline phase resumes from its last
+# kept checkpoint (an online phase starts again from the offline one). Likewise every 10 minutes `keep` copies a
+# training run's networks (its
 # latest checkpoint without buffer and optimizer state, about 2 MB) and its policy snapshots into the tracked
 # benchmarks/behaviour/in-progress/<run>/, for the session to commit; a run whose folder is gone starts again from
 # those networks (`init=`, an empty buffer) instead of from scratch.
@@ -58,6 +63,29 @@ keep() {  # keep <run dir>: every 10 minutes, its networks and snapshots into th
     [ -d "$run/snapshots" ] && cp -r "$run/snapshots" "$dst/"
   done
 }
+keep_bench() {  # keep_bench <bench out>: every 10 minutes, its unfinished packs' small files into the tracked folder
+  local out=$1 dst=benchmarks/in-progress/$(basename "$1")
+  while sleep 600; do
+    for pack in "$out"/runs/*/; do
+      local name
+      name=$(basename "$pack")
+      if compgen -G "$out/cells/${name}__seed*.json" > /dev/null; then rm -rf "${dst:?}/$name"; continue; fi  # done
+      rm -rf "$dst/$name.tmp"
+      (cd "$pack" && find . \( -name tensorboard -o -name online \) -prune -o -type f -size -4M -print) |
+        while read -r f; do mkdir -p "$dst/$name.tmp/$(dirname "$f")" && cp "$pack/$f" "$dst/$name.tmp/$f"; done
+      find "$dst/$name.tmp" -path '*/checkpoints/final' -type d 2>/dev/null |  # a finished phase: final suffices
+        while read -r d; do rm -rf "$(dirname "$d")/latest"; done
+      [ -d "$dst/$name.tmp" ] && rm -rf "${dst:?}/$name" && mv "$dst/$name.tmp" "$dst/$name"
+    done
+  done
+}
+restore_bench() {  # restore_bench <bench out>: kept packs whose run folders a reset took go back in place
+  local out=$1 src=benchmarks/in-progress/$(basename "$1") kept
+  for kept in "$src"/*/; do
+    [ -d "$kept" ] && [ ! -e "$out/runs/$(basename "$kept")" ] && mkdir -p "$out/runs" && cp -r "$kept" "$out/runs/"
+  done
+}
+for b in runs/o2o_v5_cpu runs/o2o_antmaze_cpu; do restore_bench $b; keep_bench $b & done  # (a fidelity pack: 1 h)
 if ! grep -q '"ant-v5-full-replay-v0"' data/mujoco-v5/suite.json 2>/dev/null; then  # its last dataset
   OMP_NUM_THREADS=1 chrt -i 0 .venv/bin/robolearn collect suite=mujoco-v5 progress=false \
     > runs/collect-mujoco-v5.log 2>&1 &
