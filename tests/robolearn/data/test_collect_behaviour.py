@@ -173,6 +173,9 @@ def test_suite_checks_its_recorded_fingerprints_and_fills_in_missing_ones(folder
     assert f"fingerprints: {len(made) - 1} of the {len(made)} datasets made here are bit for bit the suite's " \
            f"recorded ones (1 of its {len(made) + 1} not made here)" in printed
     assert "other bits than recorded (same recipe; compare statistics, not bits): pendulum-swingup-expert-v0" in printed
+    path.write_text(SUITE.format(folder=folder) + "fingerprints:\n  pendulum-swingup-expert-v0: 1e5\n")
+    with pytest.raises(ConfigError, match="quote them"):  # YAML read the hex string as a number
+        load_suite(str(path))
 
 
 def test_missing_behaviour_folder_says_how_to_make_it(tmp_path):
