@@ -236,13 +236,16 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
     for name, online_steps, extra in (("o2o", 250_000, []), ("o2o-cpu", 10_000, []), ("o2o-v5", 20_000, small),
                                       ("o2o-antmaze", 100_000, [])):
         o2o = load_suite(suite_path(name))  # command: finetune; every method x dataset composes as a finetune run
-        methods = {"wsrl", "ro2o", "calql", "rlpd", "sac"}
+        methods = {"wsrl", "ro2o", "calql", "rlpd", "sac"} | ({"cql"} if name in ("o2o-v5", "o2o-antmaze") else set())
         assert o2o.command == "finetune" and {a.name for a in o2o.algos} == methods
         cells = plan(o2o, tmp_path / name, extra, pack_seeds=True)[: len(o2o.algos) * len(o2o.datasets)]
         # every method on the first dataset, every dataset with the first method (a dataset only sets dataset=)
         for cell in [c for c in cells if c.dataset == o2o.datasets[0].name or c.algo == o2o.algos[0].name]:
             cfg = load_config(cell.train_args())
             assert cfg.algo.split("_")[0] == cell.algo and cfg.online_steps == online_steps  # (its domain's recipe)
+            if cell.algo == "cql":  # naive fine-tuning: Cal-QL's phases without the calibration
+                naive = cfg.methods[cfg.algo]
+                assert all(not compose("train", p)["algo"]["calibrate"] for p in (naive.offline, naive.online))
             assert cfg.dataset in (cell.dataset, f"{cell.dataset}-waypoint")  # antmaze-umaze: D4RL's, kind waypoint
             assert cell.pack is not None  # every finetune cell packs its seeds
             if name == "o2o-cpu" or extra:  # 64x64 networks in the phase that creates them
