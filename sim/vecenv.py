@@ -26,7 +26,8 @@ from sim.errors import ActionError, ConfigError
 #: benchmarks/speed/c_engine_compile.py) but rounds the JAX side's arithmetic differently: the reset noise lands one
 #: ulp away (every one of 100 hopper-v5 resets), and from there a falling hopper's trajectory is another. Every
 #: C-engine dataset, evaluation and training run depends on these bits, and the committed datasets' fingerprints
-#: (configs/dataset/*.yaml) are those of the defaults, so the defaults stay.
+#: (configs/dataset/*.yaml) are those of the defaults, so the defaults stay (the test suite, which builds some 280
+#: VecEnvs, takes the fast options: tests/conftest.py).
 C_ENGINE_COMPILE: dict[str, Any] | None = None
 FAST_C_ENGINE_COMPILE = {"xla_backend_optimization_level": 0}
 

@@ -18,6 +18,14 @@ if "PYTEST_XDIST_WORKER" in os.environ:
 
 import torch  # noqa: E402  (after the thread settings above: torch reads them at import)
 
+import sim.vecenv  # noqa: E402
+
+# The C engine's VecEnvs compile with LLVM's passes off here: the suite builds about 280 of them, and with XLA's
+# defaults their compiles took 570 s of its two workers' time (a fresh clone, 2026-11-29), about twice the fast
+# options'. Users run the defaults, which decide every dataset's bits; test_mujoco_v5 checks those bit for bit
+# against plain jit.
+sim.vecenv.C_ENGINE_COMPILE = sim.vecenv.FAST_C_ENGINE_COMPILE
+
 # --- shared helpers for the real/ tests ----------------------------------------------------------------
 
 _dds_domains = itertools.count()

@@ -302,10 +302,20 @@ def _assert_bits_equal(a, b) -> None:
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
-def test_c_engine_vecenv_computes_what_plain_jit_computes_bit_for_bit():
+def test_c_engine_vecenv_computes_what_plain_jit_computes_bit_for_bit(monkeypatch):
     """The committed datasets' bits depend on how the C engine's VecEnv compiles its JAX side: with LLVM's passes
-    off (`sim.vecenv.FAST_C_ENGINE_COMPILE`) every hopper-v5 reset landed one ulp from the default's, and the suite
-    then regenerated other trajectories. The VecEnv keeps XLA's defaults: its resets and steps are plain jit's."""
+    off (`sim.vecenv.FAST_C_ENGINE_COMPILE`, which the other tests use for speed) every hopper-v5 reset landed one
+    ulp from the default's, and the suite then regenerated other trajectories. The VecEnv keeps XLA's defaults: its
+    resets and steps are plain jit's."""
+    import subprocess
+    import sys
+
+    import sim.vecenv
+
+    users = subprocess.run([sys.executable, "-c", "import sim.vecenv; print(sim.vecenv.C_ENGINE_COMPILE)"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert users == ["None"]  # what a user's process compiles with (tests/conftest.py sets the fast options here)
+    monkeypatch.setattr(sim.vecenv, "C_ENGINE_COMPILE", None)
     env = sim.make("hopper-v5", num_envs=8, backend="mujoco", device="cpu", seed=3)
     plain = jax.jit(env.env.batched_reset)(env._keys())
     _assert_bits_equal((env.state.data, env.state.obs), (plain.data, plain.obs))
