@@ -140,11 +140,9 @@ def load_suite(name: str, only: list[str] | None = None) -> tuple[str, dict[str,
         raise ConfigError(f"dataset suite {path} lists no tasks")
     settings = {k: v for k, v in raw.items() if k != "tasks"}
     prints = settings.get("fingerprints") or {}
-    bad = [k for k, v in prints.items() if not (isinstance(v, str) and len(v) == 64)] if isinstance(prints, dict) \
-        else ["(not a mapping)"]
-    if bad:
-        raise ConfigError(f"dataset suite {path}: fingerprints of {bad} are not sha256 hex strings of 64 characters "
-                          "(quote them: YAML reads some hex strings as numbers)")
+    if not isinstance(prints, dict) or any(not (isinstance(v, str) and len(v) == 64) for v in prints.values()):
+        raise ConfigError(f"dataset suite {path}: fingerprints must map dataset names to sha256 hex strings of 64 "
+                          "characters (quote them: YAML reads some hex strings as numbers)")
     return path.stem, settings, tasks
 
 
