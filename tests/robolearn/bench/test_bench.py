@@ -259,6 +259,9 @@ def test_suites_compose_and_bad_suites_are_errors(tmp_path):
                 assert compose("train", method.online)["algo"]["max_target_backup"] is True
             if name == "o2o-antmaze" and cfg.algo == "ro2o_antmaze":  # the LCB actor in both phases
                 assert all(compose("train", p)["algo"]["actor_objective"] == "lcb" for p in phases)
+            if cell.algo == "ro2o":  # online as ro2o_ft_*.py: the regularisers out of the losses
+                ro2o_online = compose("train", method.online)["algo"]
+                assert ro2o_online["beta_q_smooth"] == ro2o_online["beta_policy"] == ro2o_online["beta_ood"] == 0
             if name == "o2o-v5" and cell.algo == "wsrl":  # WSRL pre-trains with CQL on locomotion
                 assert compose("train", method.offline)["algo"]["name"] == "cql"
             if name == "o2o-v5":  # one env online: the papers', and WSRL's whole-episode warm-up stays in lockstep
