@@ -67,6 +67,7 @@ keep_bench() {  # keep_bench <bench out>: every 10 minutes, its unfinished packs
   local out=$1 dst=benchmarks/in-progress/$(basename "$1")
   while sleep 600; do
     for pack in "$out"/runs/*/; do
+      [ -d "$pack" ] || continue  # no pack yet: the glob stays as written
       local name
       name=$(basename "$pack")
       if compgen -G "$out/cells/${name}__seed*.json" > /dev/null; then rm -rf "${dst:?}/$name"; continue; fi  # done
