@@ -47,6 +47,23 @@ def score_table(cells: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[flo
     return table
 
 
+#: The late score: the mean of a seed's last LATE_EVALS evaluations. A policy's deterministic score can swing by tens
+#: of points between evaluations (hopper: 30-70 points over a run), so one final evaluation of a few seeds cannot
+#: order methods a few points apart; the late mean smooths over the end of the run.
+LATE_EVALS = 5
+
+
+def late_table(cells: Sequence[dict[str, Any]], k: int = LATE_EVALS) -> dict[str, dict[str, list[float]]]:
+    """algo -> dataset -> each finished seed's mean over the last `k` points of its curve (seed order)."""
+    table: dict[str, dict[str, list[float]]] = {}
+    for cell in sorted(cells, key=lambda c: c["seed"]):
+        row = table.setdefault(cell["algo"], {}).setdefault(cell["dataset"], [])
+        curve = [point[1] for point in cell.get("curve") or [] if point[1] is not None]
+        if not cell.get("error") and cell.get("score") is not None and curve:
+            row.append(sum(curve[-k:]) / len(curve[-k:]))
+    return table
+
+
 def score_matrices(table: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
     """algo -> its (runs x datasets) score matrix, as rliable takes it: the datasets with a score, each with as
     many runs as the one with fewest (a failed seed drops that many runs from the others, latest seeds first)."""
@@ -96,14 +113,16 @@ def write_report(out: str | Path, reps: int = 50000) -> dict[str, Path]:
     stats = aggregate(matrices, reps=reps)
     failed = [c for c in cells if c.get("error")]
     missing = [i for i in meta.get("cells", []) if i not in {c["id"] for c in cells}]
+    late = late_table(cells)
     per_cell: dict[str, dict[str, dict[str, Any]]] = {}
     for algo in algos:
         for data in datasets:
-            scores = table.get(algo, {}).get(data, [])
+            scores, lates = table.get(algo, {}).get(data, []), late.get(algo, {}).get(data, [])
             runs = sum(1 for c in cells if c["algo"] == algo and c["dataset"] == data)
             per_cell.setdefault(algo, {})[data] = {
                 "mean": float(np.mean(scores)) if scores else None, "std": float(np.std(scores)) if scores else None,
-                "n": len(scores), "runs": runs}
+                "n": len(scores), "runs": runs, "late_mean": float(np.mean(lates)) if lates else None,
+                "late_std": float(np.std(lates)) if lates else None}
     paths = {"report": out / "report.md", "results": out / "results.json", "aggregate": out / "aggregate.png",
              "profile": out / "profile.png"}
     write_json(paths["results"], {"suite": meta.get("name"), "algos": algos, "datasets": datasets,
@@ -138,6 +157,15 @@ def write_report(out: str | Path, reps: int = 50000) -> dict[str, Path]:
               "## Normalised score per dataset (mean ± std over seeds; (n/N): seeds that finished)", "",
               "| algo | " + " | ".join(datasets) + " |", "|---|" + "---|" * len(datasets)]
     lines += [f"| {algo} | " + " | ".join(fmt(per_cell[algo][d]) for d in datasets) + " |" for algo in algos]
+    if any(len(c.get("curve") or []) > 1 for c in cells):
+        def fmt_late(m: dict[str, Any]) -> str:
+            return "-" if m["late_mean"] is None else f"{m['late_mean']:.1f} ± {m['late_std']:.1f}"
+
+        lines += ["", f"## Late score per dataset (each seed's mean over its last {LATE_EVALS} evaluations; mean ± "
+                  "std over seeds)", "", "One final evaluation of a policy whose score swings between evaluations "
+                  "cannot order methods a few points apart; this averages over the end of each run.", "",
+                  "| algo | " + " | ".join(datasets) + " |", "|---|" + "---|" * len(datasets)]
+        lines += [f"| {algo} | " + " | ".join(fmt_late(per_cell[algo][d]) for d in datasets) + " |" for algo in algos]
     lines += ["", f"## Aggregates over datasets and seeds (95% stratified-bootstrap CIs, {reps} resamples, rliable)",
               "", "| algo | IQM | median | mean | runs x datasets |", "|---|---|---|---|---|"]
     for algo in algos:

@@ -14,7 +14,7 @@ import pytest
 
 from robolearn.bench.backends import run_ray
 from robolearn.bench.cells import read_score
-from robolearn.bench.report import aggregate, score_matrices, score_table
+from robolearn.bench.report import aggregate, late_table, score_matrices, score_table
 from robolearn.bench.suite import BenchConfig, load_suite, plan, run_suite, suite_path
 from robolearn.commands.cli import main
 from robolearn.config import compose
@@ -181,11 +181,25 @@ def test_aggregates_match_hand_computed_values(tmp_path):
     assert main(["bench", "report", f"out={out}", "reps=300"]) == 0  # the report from the cell results alone
     results = json.loads((out / "results.json").read_text())
     assert results["scores"]["a"]["d2"] == {"mean": pytest.approx(170 / 3), "std": pytest.approx(np.std([30, 40, 100])),
-                                            "n": 3, "runs": 3}
+                                            "n": 3, "runs": 3, "late_mean": pytest.approx(170 / 3),
+                                            "late_std": pytest.approx(np.std([30, 40, 100]))}
     assert results["scores"]["b"]["d1"]["n"] == 2 and results["runs_per_dataset"] == {"a": 3, "b": 2}
     report = (out / "report.md").read_text()
     assert "| a | 10.0 ± 8.2 | 56.7 ± 30.9 |" in report and "60.0 ± 10.0 (2/3)" in report
     assert "25.0 [" in report and "`b__d1__seed2`: Boom" in report and "Published" not in report
+    assert "Late score" not in report  # one evaluation a cell: the late score is the final one
+    # the late score: each seed's mean over its last LATE_EVALS evaluations, then mean ± std over the seeds
+    curve = [[i, x] for i, x in enumerate([90.0, 0.0, 10.0, 20.0, 30.0, 40.0, 50.0])]  # last 5: mean 30
+    late = [{**_cell("c", "d1", s, curve[-1][1] + s), "curve": [*curve[:-1], [6, 50.0 + s]]} for s in (0, 1)]
+    assert late_table(late) == {"c": {"d1": [30.0, 30.2]}}
+    assert late_table(late, k=1) == {"c": {"d1": [50.0, 51.0]}}
+    for cell in late:
+        (out / "cells" / f"{cell['id']}.json").write_text(json.dumps(cell))
+    assert main(["bench", "report", f"out={out}", "reps=300"]) == 0
+    assert "| c | 30.1 ± 0.1 | - |" in (out / "report.md").read_text()
+    assert json.loads((out / "results.json").read_text())["scores"]["c"]["d1"]["late_mean"] == pytest.approx(30.1)
+    for cell in late:
+        (out / "cells" / f"{cell['id']}.json").unlink()
     # a suite's published numbers (bench.json keeps them) sit beside its own scores
     (out / "bench.json").write_text(json.dumps({"published": {"a": {"d2": "Paper X, 1M steps: 91.0"}}}))
     assert main(["bench", "report", f"out={out}", "reps=300"]) == 0
