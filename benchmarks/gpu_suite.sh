@@ -11,7 +11,8 @@
 # others' results, and the suite's total stays inside its budget (SUITE_BUDGET_S, seconds, default 455, counted
 # after the ~10 s of set-up).
 # The GPU machine has no mujoco, mujoco-mjx, hydra-core, omegaconf, tensordict: they travel as wheels in the
-# git-ignored .whl/ (no jax, numpy or torch among them, so the machine's CUDA builds are the ones imported).
+# git-ignored .whl/ (no jax, numpy or torch among them, so the machine's CUDA builds are the ones imported), which
+# `bash benchmarks/gpu_wheels.sh` fills.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
