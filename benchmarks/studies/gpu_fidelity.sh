@@ -39,6 +39,7 @@ else
   export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONUNBUFFERED=1 JAX_PLATFORMS=cpu OMP_NUM_THREADS=2  # JAX: the C engine's resets and evaluations, as here
+export TORCHINDUCTOR_COMPILE_THREADS=2  # 8 packs compiling at once on 16 cores: not 16 compile workers each
 
 ALGOS="${ALGOS:-cql rebrac}"
 DATASETS="${DATASETS:-halfcheetah-v5-medium hopper-v5-medium halfcheetah-v5-medium-replay hopper-v5-medium-replay}"
