@@ -23,19 +23,8 @@ mkdir -p "$OUT"
 export OUT
 exec > >(tee -a "$OUT/suite.log") 2>&1
 
-PY="${PYTHON:-}"
-if [[ -z "$PY" ]]; then
-  if [[ -x .venv/bin/python ]]; then PY=.venv/bin/python; else PY=python3; fi
-fi
-
-# The device README's install line, only where the packages are missing (the GPU machine).
-if [[ -d .whl ]] && ! "$PY" -c "import mujoco.mjx, hydra, omegaconf, tensordict" >/dev/null 2>&1; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "wheel install failed"; exit 1; }
-  export PYTHONPATH="/tmp/site:$PWD"
-else
-  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-fi
+source benchmarks/gpu_env.sh  # PY, and the wheels installed where the packages are missing (the GPU machine)
+gpu_env mujoco.mjx hydra omegaconf tensordict
 
 export PYTHONUNBUFFERED=1
 export XLA_PYTHON_CLIENT_PREALLOCATE=false            # JAX shares the GPU with torch: allocate on demand

@@ -18,9 +18,9 @@
 #    that fail compiled (torch.compile on CUDA is unverified here) run again eager in the time left.
 # 3. Writes $OUT/gpu_fidelity.tgz (the bench folder without checkpoints: cells, each seed's metrics.jsonl and
 #    config, logs, report; the datasets' collect logs and suite.json records), gpu_fidelity.log and bench.log:
-#    whatever finished, also when the budget
-#    cut the rest (each pack's evaluations every 10K steps are in its metrics). Run again on the warm machine (its
-#    runs/ and data/ stay), it goes on: made datasets are kept, cells resume from their checkpoints (every 10K steps).
+#    whatever finished, also when the budget cut the rest (each pack's evaluations every 10K steps are in its
+#    metrics). Run again on the warm machine (its runs/ and data/ stay), it goes on: made datasets are kept, cells
+#    resume from their checkpoints (every 10K steps).
 # Env: ALGOS ("cql rebrac"), DATASETS (halfcheetah-v5 and hopper-v5 medium and medium-replay), STEPS (100000),
 # WORKERS (one per pack), BUDGET_S (seconds for the whole script, default 540).
 set -uo pipefail
@@ -29,15 +29,8 @@ START=$(date +%s)
 OUT="${OUT:-$PWD/gpu_out}"
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/gpu_fidelity.log") 2>&1
-PY="${PYTHON:-}"
-if [[ -z "$PY" ]]; then if [[ -x .venv/bin/python ]]; then PY=.venv/bin/python; else PY=python3; fi; fi
-if [[ -d .whl ]] && ! "$PY" -c "import mujoco, hydra, omegaconf, tensordict, gymnasium" >/dev/null 2>&1; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "wheel install failed"; exit 1; }
-  export PYTHONPATH="/tmp/site:$PWD"
-else
-  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-fi
+source benchmarks/gpu_env.sh  # PY, and the wheels installed where the packages are missing (the GPU machine)
+gpu_env mujoco hydra omegaconf tensordict gymnasium
 export PYTHONUNBUFFERED=1 JAX_PLATFORMS=cpu OMP_NUM_THREADS=2  # JAX: the C engine's resets and evaluations, as here
 export TORCHINDUCTOR_COMPILE_THREADS=2  # 8 packs compiling at once on 16 cores: not 16 compile workers each
 
@@ -63,7 +56,8 @@ grep -m1 "model name" /proc/cpuinfo
 
 # 1. the datasets, one collect process each (data/gpu_fidelity/<dataset>/, then copied where the bench's
 #    `dataset=mujoco-v5/<name>` finds it); one made before is kept
-W="${GPU_FIDELITY_WORK:-data/gpu_fidelity}"  # the work folder: each dataset's suite YAML, collect log and suite.json ($OUT takes 8 files)
+# the work folder: each dataset's suite YAML, collect log and suite.json (not in $OUT: it takes 8 files)
+W="${GPU_FIDELITY_WORK:-data/gpu_fidelity}"
 mkdir -p data/mujoco-v5 "$W"
 "$PY" - "$W" "${datasets[@]}" <<'PYEOF' || exit 1
 import sys

@@ -37,13 +37,18 @@ def load_cells(out: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return list(records.values()), meta
 
 
-def score_table(cells: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
-    """algo -> dataset -> the scores of its cells that finished (seed order)."""
+def score_table(cells: Sequence[dict[str, Any]], late: int | None = None) -> dict[str, dict[str, list[float]]]:
+    """algo -> dataset -> the scores of its cells that finished (seed order); with `late` = k, each one's mean over
+    the last k points of its curve instead (`late_table`)."""
     table: dict[str, dict[str, list[float]]] = {}
     for cell in sorted(cells, key=lambda c: c["seed"]):
         row = table.setdefault(cell["algo"], {}).setdefault(cell["dataset"], [])
-        if not cell.get("error") and cell.get("score") is not None:
+        if cell.get("error") or cell.get("score") is None:
+            continue
+        if late is None:
             row.append(float(cell["score"]))
+        elif curve := [point[1] for point in cell.get("curve") or [] if point[1] is not None][-late:]:
+            row.append(sum(curve) / len(curve))
     return table
 
 
@@ -55,13 +60,7 @@ LATE_EVALS = 5
 
 def late_table(cells: Sequence[dict[str, Any]], k: int = LATE_EVALS) -> dict[str, dict[str, list[float]]]:
     """algo -> dataset -> each finished seed's mean over the last `k` points of its curve (seed order)."""
-    table: dict[str, dict[str, list[float]]] = {}
-    for cell in sorted(cells, key=lambda c: c["seed"]):
-        row = table.setdefault(cell["algo"], {}).setdefault(cell["dataset"], [])
-        curve = [point[1] for point in cell.get("curve") or [] if point[1] is not None]
-        if not cell.get("error") and cell.get("score") is not None and curve:
-            row.append(sum(curve[-k:]) / len(curve[-k:]))
-    return table
+    return score_table(cells, late=k)
 
 
 def score_matrices(table: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
