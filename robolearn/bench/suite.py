@@ -31,9 +31,9 @@ at `ray_address` or `$RAY_ADDRESS`, the cells spread over its nodes, a cell whos
 on. Each finished cell writes `<out>/cells/<cell>.json` (its score, the curve of (step, score), wall time,
 error); running the same command again skips the cells that finished without error with the same overrides, and
 re-runs the others from scratch, except an interrupted cell with unchanged overrides and a checkpoint: a `train`
-cell continues from its `checkpoints/latest` (`robolearn train resume=`; `checkpoint_interval` sets how much a
-stop loses), a `finetune` cell from its phases' last checkpoints (the overrides a cell started with are in
-`<run_dir>/bench_cell.json`).
+cell continues from its `checkpoints/latest` (`robolearn train resume=`; `checkpoint_interval` and
+`checkpoint_minutes` set how much a stop loses), a `finetune` cell from its phases' last checkpoints (the
+overrides a cell started with are in `<run_dir>/bench_cell.json`).
 Worker output goes to `<out>/logs/<cell>.log`. With `pack_seeds=true` the offline train cells (a `dataset=`), and
 every finetune cell, of one algorithm and dataset run as one pack: one `robolearn train seeds=[...]` (or `robolearn
 finetune seeds=[...]`) process whose seed-batched updates train all their seeds at once (`robolearn.runners.seeds`;
@@ -357,7 +357,8 @@ def _failed(out: Path, cell: Cell) -> bool:
 def _resumable(out: Path, cell: Cell) -> bool:
     """Whether an unfinished cell's run folder can be continued: a cell interrupted (no result, not a failure) with
     the same overrides that is a `robolearn finetune` cell (which resumes its phases from their last checkpoints) or
-    a `robolearn train` cell with a checkpoint to resume from (`checkpoint_interval` sets how much a stop loses)."""
+    a `robolearn train` cell with a checkpoint to resume from (`checkpoint_interval` and `checkpoint_minutes` set
+    how much a stop loses)."""
     if (out / "cells" / f"{cell.id}.json").exists():
         return False
     if cell.command == "train" and not train_checkpoint(cell):

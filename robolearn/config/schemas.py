@@ -66,7 +66,10 @@ class TrainConfig:
     seed_dir: str = "seed{seed}"    # seeds=: a seed's run folder, relative to run_dir; {seed} is its seed
     device: str = "cpu"             # the learner's torch device; the simulator picks its own (env.backend)
     iterations: int | None = None   # null: env.iterations (PPO), or from runner.env_steps / runner.gradient_steps
-    checkpoint_interval: int = 25
+    checkpoint_interval: int = 25   # iterations between checkpoints/latest (and the last iteration's)
+    checkpoint_minutes: float = 10.0  # also checkpoint at the first iteration ending this long after the last
+    #                                 checkpoint (0: off), so a slow run loses at most about this much to a stop;
+    #                                 not under torchrun, whose ranks must checkpoint at one iteration
     run_dir: str | None = None      # null: runs/<task>-<algo>-<time>
     resume: str | None = None       # a run directory to continue (its config.yaml; `iterations` may grow)
     video: bool = True              # render the final policy to <run_dir>/video.mp4
@@ -169,7 +172,9 @@ def runner_config(cfg: dict[str, Any], online: bool) -> OffPolicyRunConfig | Off
 
 
 def migrate_run_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """A run's saved config from before `runner.*` (its runner settings inside `algo`) in today's layout."""
+    """A run's saved config in today's layout: from before `runner.*` (its runner settings inside `algo`), from
+    before `checkpoint_minutes`."""
     if "runner" not in cfg and isinstance(cfg.get("algo"), dict):
         cfg["runner"] = {k: cfg["algo"].pop(k) for k in RunnerConfig.fields() if k in cfg["algo"]}
+    cfg.setdefault("checkpoint_minutes", TrainConfig.checkpoint_minutes)  # a run saved before it: today's default
     return cfg

@@ -18,10 +18,40 @@ from typing import Any
 import numpy as np
 import torch
 
+from robolearn.errors import ConfigError
 from robolearn.eval.episodes import run_episodes
 from robolearn.eval.scores import normalized_score
 
 RETURN_WINDOW = 100  # finished episodes averaged into `mean_return`
+
+
+class CheckpointSchedule:
+    """Which iterations end with a `checkpoints/latest`: every `interval` iterations, a run's last, and (`minutes` >
+    0) the first to end `minutes` or more after the last checkpoint, so that a slow run (a CQL pack on a CPU core at
+    a few updates/s, 10K of them between interval checkpoints) loses about that much at most to a stop.
+
+    The runs of a seed pack share one schedule, which answers once per iteration: their checkpoints stay at one
+    iteration, as a resume of the pack needs. Checkpoints only save (the RNGs included), so a run's results do
+    not depend on when they happen."""
+
+    def __init__(self, interval: int, minutes: float = 0.0):
+        if interval < 1 or minutes < 0:
+            raise ConfigError(f"checkpoint_interval must be >= 1 and checkpoint_minutes >= 0, not {interval} and "
+                              f"{minutes}")
+        self.interval, self.seconds = interval, 60.0 * minutes
+        self.last = time.monotonic()
+        self._answer: tuple[int, bool] | None = None  # (iteration, due): asked again by each run of a pack
+
+    def due(self, iteration: int, iterations: int) -> bool:
+        """Whether the run(s) checkpoint at the end of `iteration` of `iterations`."""
+        if self._answer is None or self._answer[0] != iteration:
+            now = time.monotonic()
+            due = (iteration % self.interval == 0 or iteration == iterations
+                   or (self.seconds > 0 and now - self.last >= self.seconds))
+            if due:
+                self.last = now
+            self._answer = (iteration, due)
+        return self._answer[1]
 
 
 class RunnerBase:
@@ -80,16 +110,16 @@ class RunnerBase:
         self._writer.flush()
 
     def _record(self, row: dict[str, Any], rows: list[dict[str, Any]], bar: ProgressBar | None, iterations: int,
-                checkpoint_interval: int) -> None:
-        """The end of an iteration: keep, log and show its row; checkpoint `latest` every `checkpoint_interval`
-        iterations and at the last one (subclasses provide `save`)."""
+                checkpoints: CheckpointSchedule) -> None:
+        """The end of an iteration: keep, log and show its row; checkpoint `latest` when `checkpoints` says
+        (subclasses provide `save`)."""
         if self.world_size > 1:
             row = {**row, "world_size": self.world_size, "env_steps_all_ranks": row["env_steps"] * self.world_size}
         rows.append(row)
         self._log(row)
         if bar is not None:
             bar.update(row)
-        if self.iteration % checkpoint_interval == 0 or self.iteration == iterations:
+        if checkpoints.due(self.iteration, iterations):
             self.save(self.run_dir / "checkpoints" / "latest")
 
     def close(self) -> None:

@@ -30,7 +30,7 @@ from robolearn.checkpoints import checkpoint
 from robolearn.checkpoints.snapshots import save_snapshot
 from robolearn.core.buffers import ReplayBuffer, check_replay, sample_mixed
 from robolearn.errors import CheckpointError, ConfigError
-from robolearn.runners.base import RunnerBase, evaluate_policy, progress_bar, restore_rng, rng_state
+from robolearn.runners.base import CheckpointSchedule, RunnerBase, evaluate_policy, progress_bar, restore_rng, rng_state
 
 
 @dataclasses.dataclass
@@ -203,11 +203,13 @@ class OffPolicyRunner(RunnerBase):
     def updates(self) -> int:
         return self.learner.updates
 
-    def learn(self, iterations: int, checkpoint_interval: int = 50) -> list[dict[str, Any]]:
+    def learn(self, iterations: int, checkpoint_interval: int = 50,
+              checkpoint_minutes: float = 0.0) -> list[dict[str, Any]]:
         """Run until `iterations` in total (counting those before a resume); returns the new metric rows."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         rows = []
         obs = self.env.get_observations().to(self.device)
+        checkpoints = CheckpointSchedule(checkpoint_interval, checkpoint_minutes)
         bar = progress_bar(self.progress, type(self.algo).__name__, iterations, self.iteration)
         try:
             self.start(rows, iterations)
@@ -216,7 +218,7 @@ class OffPolicyRunner(RunnerBase):
                 before = self.env_steps
                 obs, log, update_s, updates = self._iteration(obs)
                 self.end_iteration(log, time.perf_counter() - start, update_s, updates, before, rows, bar, iterations,
-                                   checkpoint_interval)
+                                   checkpoints)
         finally:
             if bar is not None:
                 bar.close()
@@ -232,7 +234,8 @@ class OffPolicyRunner(RunnerBase):
             self._snapshot()
 
     def end_iteration(self, log: dict[str, Any], elapsed: float, update_s: float, updates: int, before: int,
-                      rows: list[dict[str, Any]], bar: Any, iterations: int, checkpoint_interval: int) -> None:
+                      rows: list[dict[str, Any]], bar: Any, iterations: int,
+                      checkpoints: CheckpointSchedule) -> None:
         """Count an iteration that took `elapsed` s (`updates` of them in `update_s`) from `before` env steps on:
         its row, the evaluation and snapshot when due, the checkpoint (a seed-batch, `robolearn.runners.seeds`,
         calls this for each seed's run)."""
@@ -248,7 +251,7 @@ class OffPolicyRunner(RunnerBase):
         if self.snapshot_every and (self.env_steps // self.snapshot_every > before // self.snapshot_every
                                     or self.iteration == iterations):
             self._snapshot()  # before `_record` checkpoints: a resume never skips it
-        self._record(row, rows, bar, iterations, checkpoint_interval)
+        self._record(row, rows, bar, iterations, checkpoints)
 
     def _iteration(self, obs: Any):
         stats = Means()  # env log floats and the learner's 0-d tensors (synced once, at the end)

@@ -25,7 +25,7 @@ import torch
 
 from robolearn.checkpoints import checkpoint
 from robolearn.errors import CheckpointError, ConfigError
-from robolearn.runners.base import RunnerBase, evaluate_policy, progress_bar, restore_rng, rng_state
+from robolearn.runners.base import CheckpointSchedule, RunnerBase, evaluate_policy, progress_bar, restore_rng, rng_state
 from robolearn.runners.off_policy import Means
 
 
@@ -66,11 +66,13 @@ class OfflineRunner(RunnerBase):
     def gradient_steps(self) -> int:
         return self.iteration * self.run_cfg.log_every
 
-    def learn(self, iterations: int, checkpoint_interval: int = 50) -> list[dict[str, Any]]:
+    def learn(self, iterations: int, checkpoint_interval: int = 50,
+              checkpoint_minutes: float = 0.0) -> list[dict[str, Any]]:
         """Run until `iterations` in total (counting those before a resume); returns the new metric rows."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         rows = []
         batch_size = self.algo.cfg.batch_size
+        checkpoints = CheckpointSchedule(checkpoint_interval, checkpoint_minutes)
         bar = progress_bar(self.progress, type(self.algo).__name__, iterations, self.iteration)
         try:
             while self.iteration < iterations:
@@ -79,14 +81,15 @@ class OfflineRunner(RunnerBase):
                 for _ in range(self.run_cfg.log_every):
                     stats.add(self.algo.update(self.buffer.sample(batch_size, self.generator), self.generator))
                 self.end_iteration(stats.means(), synchronized_since(start, self.device), rows, bar, iterations,
-                                   checkpoint_interval)
+                                   checkpoints)
         finally:
             if bar is not None:
                 bar.close()
         return rows
 
     def end_iteration(self, stats: dict[str, Any], update_s: float, rows: list[dict[str, Any]], bar: Any,
-                      iterations: int, checkpoint_interval: int) -> None:
+                      iterations: int,
+                      checkpoints: CheckpointSchedule) -> None:
         """Count the iteration's `log_every` updates (which took `update_s`), evaluate when due, log its row and
         checkpoint (a seed-batch, `robolearn.runners.seeds`, calls this for each seed's run)."""
         self.iteration += 1
@@ -98,7 +101,7 @@ class OfflineRunner(RunnerBase):
             self.last_eval = self.evaluate()
             row.update(self.last_eval)
         row["wall_s"] = round(self.wall_s, 3)
-        self._record(row, rows, bar, iterations, checkpoint_interval)
+        self._record(row, rows, bar, iterations, checkpoints)
 
 
     def _log(self, row: dict[str, Any]) -> None:

@@ -20,7 +20,7 @@ from tensordict import TensorDict
 from robolearn.algos.online.ppo import PPO, RolloutStorage
 from robolearn.checkpoints import checkpoint
 from robolearn.errors import CheckpointError
-from robolearn.runners.base import RunnerBase, progress_bar
+from robolearn.runners.base import CheckpointSchedule, RunnerBase, progress_bar
 
 
 class OnPolicyRunner(RunnerBase):
@@ -34,7 +34,7 @@ class OnPolicyRunner(RunnerBase):
                                       self.device)
 
     # --- the loop ------------------------------------------------------------------------------
-    def learn(self, iterations: int, checkpoint_interval: int = 50,
+    def learn(self, iterations: int, checkpoint_interval: int = 50, checkpoint_minutes: float = 0.0,
               random_episode_start: bool = True) -> list[dict[str, Any]]:
         """Run until `iterations` in total (counting those before a resume); returns the new metric rows.
 
@@ -44,6 +44,7 @@ class OnPolicyRunner(RunnerBase):
         """
         rows: list[dict[str, Any]] = []
         obs = self.start(random_episode_start)
+        checkpoints = CheckpointSchedule(checkpoint_interval, checkpoint_minutes)
         bar = progress_bar(self.progress, "PPO", iterations, self.iteration)
         try:
             while self.iteration < iterations:
@@ -52,7 +53,7 @@ class OnPolicyRunner(RunnerBase):
                 rollout_s = time.perf_counter() - start
                 stats = {k: float(v) for k, v in self.algo.update(self.storage, obs, self.generator).items()}
                 self.end_iteration(stats, log, rollout_s, time.perf_counter() - start, rows, bar, iterations,
-                                   checkpoint_interval)
+                                   checkpoints)
         finally:
             if bar is not None:
                 bar.close()
@@ -68,7 +69,8 @@ class OnPolicyRunner(RunnerBase):
         return self.env.get_observations().to(self.device)
 
     def end_iteration(self, stats: dict[str, float], log: dict[str, float], rollout_s: float, elapsed: float,
-                      rows: list[dict[str, Any]], bar: Any, iterations: int, checkpoint_interval: int) -> None:
+                      rows: list[dict[str, Any]], bar: Any, iterations: int,
+                      checkpoints: CheckpointSchedule) -> None:
         """After an iteration's rollout and update (`stats`): count it, log its row, checkpoint when due."""
         self.iteration += 1
         steps = self.algo.cfg.num_steps * self.env.num_envs
@@ -77,7 +79,7 @@ class OnPolicyRunner(RunnerBase):
         row = {"iteration": self.iteration, "env_steps": self.env_steps,
                "env_steps_per_s": steps / elapsed, "collection_steps_per_s": steps / rollout_s,
                "wall_s": round(self.wall_s, 3), **self._episode_stats(), **stats, **log}
-        self._record(row, rows, bar, iterations, checkpoint_interval)
+        self._record(row, rows, bar, iterations, checkpoints)
 
     def rollout(self, obs: TensorDict) -> tuple[TensorDict, dict[str, float]]:
         """One iteration's `num_steps` steps of every env into the storage from `obs`; the last observations and the

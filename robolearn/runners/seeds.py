@@ -36,7 +36,7 @@ import torch
 from robolearn.algos.seeds import SeedBatch, stack_batches
 from robolearn.core.buffers import sample_mixed
 from robolearn.errors import ConfigError
-from robolearn.runners.base import device_generator, progress_bar
+from robolearn.runners.base import CheckpointSchedule, device_generator, progress_bar
 from robolearn.runners.off_policy import Means, OffPolicyRunner
 from robolearn.runners.offline import OfflineRunner, synchronized_since
 from robolearn.runners.on_policy import OnPolicyRunner
@@ -49,7 +49,8 @@ class SeedsRunner:
         self.runners = runners
         self.batch = SeedBatch([runner.algo for runner in runners])
 
-    def learn(self, iterations: int, checkpoint_interval: int = 50) -> list[list[dict[str, Any]]]:
+    def learn(self, iterations: int, checkpoint_interval: int = 50,
+              checkpoint_minutes: float = 0.0) -> list[list[dict[str, Any]]]:
         """Run every seed until `iterations` in total (counting those before a resume); each seed's new rows."""
         lead = self.runners[0]
         for runner in self.runners:
@@ -57,6 +58,7 @@ class SeedsRunner:
         rows: list[list[dict[str, Any]]] = [[] for _ in self.runners]
         log_every, batch_size = lead.run_cfg.log_every, lead.algo.cfg.batch_size
         generators = [runner.generator for runner in self.runners]
+        checkpoints = CheckpointSchedule(checkpoint_interval, checkpoint_minutes)
         bar = progress_bar(lead.progress, f"{type(lead.algo).__name__} x{len(self.runners)} seeds", iterations,
                            lead.iteration)
         try:
@@ -73,7 +75,7 @@ class SeedsRunner:
                 means = {key: (value / counts[key]).tolist() for key, value in sums.items()}
                 for k, runner in enumerate(self.runners):
                     runner.end_iteration({key: value[k] for key, value in means.items()}, update_s, rows[k],
-                                         bar if k == 0 else None, iterations, checkpoint_interval)
+                                         bar if k == 0 else None, iterations, checkpoints)
         finally:
             if bar is not None:
                 bar.close()
@@ -97,7 +99,8 @@ class OffPolicySeedsRunner:
         self.runners = runners
         self.batch = SeedBatch([runner.algo for runner in runners])
 
-    def learn(self, iterations: int, checkpoint_interval: int = 50) -> list[list[dict[str, Any]]]:
+    def learn(self, iterations: int, checkpoint_interval: int = 50,
+              checkpoint_minutes: float = 0.0) -> list[list[dict[str, Any]]]:
         """Run every seed until `iterations` in total (counting those before a resume); each seed's new rows."""
         lead = self.runners[0]
         rows: list[list[dict[str, Any]]] = [[] for _ in self.runners]
@@ -106,6 +109,7 @@ class OffPolicySeedsRunner:
             runner.run_dir.mkdir(parents=True, exist_ok=True)
             obs.append(runner.env.get_observations().to(runner.device))
             runner.start(rows[k], iterations)
+        checkpoints = CheckpointSchedule(checkpoint_interval, checkpoint_minutes)
         bar = progress_bar(lead.progress, f"{type(lead.algo).__name__} x{len(self.runners)} seeds", iterations,
                            lead.iteration)
         try:
@@ -126,7 +130,7 @@ class OffPolicySeedsRunner:
                 elapsed = time.perf_counter() - start
                 for k, runner in enumerate(self.runners):
                     runner.end_iteration(stats[k].means(), elapsed, update_s, updates, before, rows[k],
-                                         bar if k == 0 else None, iterations, checkpoint_interval)
+                                         bar if k == 0 else None, iterations, checkpoints)
         finally:
             if bar is not None:
                 bar.close()
@@ -191,7 +195,8 @@ class OnPolicySeedsRunner:
         self.runners, self.streams = runners, streams
         self.batch = SeedBatch([runner.algo for runner in runners])
 
-    def learn(self, iterations: int, checkpoint_interval: int = 50) -> list[list[dict[str, Any]]]:
+    def learn(self, iterations: int, checkpoint_interval: int = 50,
+              checkpoint_minutes: float = 0.0) -> list[list[dict[str, Any]]]:
         """Run every seed until `iterations` in total (counting those before a resume); each seed's new rows."""
         lead = self.runners[0]
         rows: list[list[dict[str, Any]]] = [[] for _ in self.runners]
@@ -200,6 +205,7 @@ class OnPolicySeedsRunner:
             with self.streams.use(k):
                 obs.append(runner.start())
         generators = [runner.generator for runner in self.runners]
+        checkpoints = CheckpointSchedule(checkpoint_interval, checkpoint_minutes)
         bar = progress_bar(lead.progress, f"PPO x{len(self.runners)} seeds", iterations, lead.iteration)
         try:
             while lead.iteration < iterations:
@@ -222,7 +228,7 @@ class OnPolicySeedsRunner:
                     with self.streams.use(k):  # its checkpoint saves its own streams
                         runner.end_iteration({key: value[k] for key, value in means.items()}, logs[k], rollout_s[k],
                                              elapsed, rows[k], bar if k == 0 else None, iterations,
-                                             checkpoint_interval)
+                                             checkpoints)
         finally:
             if bar is not None:
                 bar.close()

@@ -226,7 +226,8 @@ def run_training(cfg: dict[str, Any]) -> Path:
         init = seed_path(cfg["init"], seed)
         print(f"init: {', '.join(warm_start(runner.algo, init))} from {init}")
     try:
-        runner.learn(int(cfg["iterations"]), checkpoint_interval=int(cfg["checkpoint_interval"]))
+        runner.learn(int(cfg["iterations"]), checkpoint_interval=int(cfg["checkpoint_interval"]),
+                     checkpoint_minutes=float(cfg["checkpoint_minutes"]))
         final = runner.save(run_dir / "checkpoints" / "final")
     finally:
         runner.close()
@@ -307,7 +308,8 @@ def _run_ranks(cfg: dict[str, Any]) -> Path:
                 warm_start(runner.algo, seed_path(cfg["init"], int(cfg["seed"])))  # the job's seed, not the rank's
             distributed.broadcast_(runner.algo.model_state())  # every rank starts from rank 0's parameters
         try:
-            runner.learn(int(cfg["iterations"]), checkpoint_interval=int(cfg["checkpoint_interval"]))
+            runner.learn(int(cfg["iterations"]), checkpoint_interval=int(cfg["checkpoint_interval"]))  # (no
+            #   checkpoint_minutes: the ranks would decide by their own clocks, and a resume needs one iteration)
             final = runner.save(own / "checkpoints" / "final")
             distributed.barrier()
         finally:
@@ -389,7 +391,8 @@ def run_seeds(cfg: dict[str, Any]) -> Path:
     try:
         driver = {"offline": lambda: SeedsRunner(runners), "off_policy": lambda: OffPolicySeedsRunner(runners),
                   "on_policy": lambda: OnPolicySeedsRunner(runners, streams)}[kind]()
-        driver.learn(int(cfg["iterations"]), checkpoint_interval=int(cfg["checkpoint_interval"]))
+        driver.learn(int(cfg["iterations"]), checkpoint_interval=int(cfg["checkpoint_interval"]),
+                     checkpoint_minutes=float(cfg["checkpoint_minutes"]))
         finals = [runner.save(runner.run_dir / "checkpoints" / "final") for runner in runners]
     finally:
         for runner in runners:

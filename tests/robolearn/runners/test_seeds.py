@@ -124,3 +124,53 @@ def test_seeds_takes_every_offline_algorithm_and_refuses_repeated_seeds(dataset,
     assert main(["train", "algo=td3_bc", f"dataset={dataset}", *SMALL, "seeds=[1,1]", "iterations=1",
                  f"run_dir={tmp_path / 'b'}"]) != 0
     assert "lists a seed twice" in capsys.readouterr().err
+
+
+def test_checkpoint_schedule_by_interval_and_by_the_clock(monkeypatch):
+    """`latest` every `interval` iterations and at the last; with `minutes`, also at the first iteration that ends
+    that long after the last checkpoint. Asked again for the same iteration (each run of a pack asks), it answers
+    the same, so a pack's runs checkpoint together."""
+    from robolearn.errors import ConfigError
+    from robolearn.runners import base
+
+    clock = [0.0]
+    monkeypatch.setattr(base.time, "monotonic", lambda: clock[0])
+    plain = base.CheckpointSchedule(3)
+    assert [plain.due(i, 7) for i in range(1, 8)] == [False, False, True, False, False, True, True]
+    timed = base.CheckpointSchedule(100, minutes=1.0)
+    answers = []
+    for i, now in enumerate([30, 59, 61, 100, 119, 125, 200], start=1):
+        clock[0] = now
+        answers.append(timed.due(i, 50))
+        clock[0] += 1000.0  # the pack's next run asks later: the same answer
+        assert timed.due(i, 50) == answers[-1]
+        clock[0] = now
+    assert answers == [False, False, True, False, False, True, True]  # 61 s; 125 >= 61 + 60; 200 >= 125 + 60
+    with pytest.raises(ConfigError, match="checkpoint_minutes"):
+        base.CheckpointSchedule(10, minutes=-1)
+
+
+def test_checkpoint_minutes_checkpoints_every_seed_at_the_same_iterations(dataset, tmp_path, monkeypatch):
+    """`checkpoint_minutes` reaches the seed-batched loop: with a clock that always says it is due, both seeds
+    checkpoint `latest` after every iteration although `checkpoint_interval` is larger than the run; with 0, only at
+    the last. A run saved before the setting existed resumes with today's default."""
+    from robolearn.config.schemas import TrainConfig, migrate_run_config
+    from robolearn.runners.offline import OfflineRunner
+
+    saved: list[tuple[str, int]] = []
+    save = OfflineRunner.save
+
+    def spy(self, path):
+        if path.name == "latest":
+            saved.append((self.run_dir.name, self.iteration))
+        return save(self, path)
+
+    monkeypatch.setattr(OfflineRunner, "save", spy)
+    common = ["train", "algo=td3_bc", f"dataset={dataset}", *SMALL, "checkpoint_interval=100", "seeds=[3,7]",
+              "iterations=3"]
+    assert main([*common, f"run_dir={tmp_path / 'timed'}", "checkpoint_minutes=1e-9"]) == 0
+    assert saved == [(f"seed{k}", i) for i in (1, 2, 3) for k in (3, 7)]
+    saved.clear()
+    assert main([*common, f"run_dir={tmp_path / 'plain'}", "checkpoint_minutes=0"]) == 0
+    assert saved == [("seed3", 3), ("seed7", 3)]
+    assert migrate_run_config({"seed": 0})["checkpoint_minutes"] == TrainConfig.checkpoint_minutes
