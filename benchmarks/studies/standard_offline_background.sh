@@ -63,8 +63,8 @@ keep() {  # keep <run dir>: every 10 minutes, its networks and snapshots into th
     [ -d "$run/snapshots" ] && cp -r "$run/snapshots" "$dst/"
   done
 }
-keep_bench() {  # keep_bench <bench out>: every 10 minutes, its unfinished packs' small files into the tracked folder
-  local out=$1 dst=benchmarks/in-progress/$(basename "$1")
+keep_bench() {  # keep_bench <bench out> [size]: every 10 minutes, its unfinished packs' files under size (4M) into the
+  local out=$1 size=${2:-4M} dst=benchmarks/in-progress/$(basename "$1")  # tracked folder
   while sleep 600; do
     for pack in "$out"/runs/*/; do
       [ -d "$pack" ] || continue  # no pack yet: the glob stays as written
@@ -72,7 +72,7 @@ keep_bench() {  # keep_bench <bench out>: every 10 minutes, its unfinished packs
       name=$(basename "$pack")
       if compgen -G "$out/cells/${name}__seed*.json" > /dev/null; then rm -rf "${dst:?}/$name"; continue; fi  # done
       rm -rf "$dst/$name.tmp"
-      (cd "$pack" && find . \( -name tensorboard -o -name online \) -prune -o -type f -size -4M -print) |
+      (cd "$pack" && find . \( -name tensorboard -o -name online \) -prune -o -type f -size "-$size" -print) |
         while read -r f; do mkdir -p "$dst/$name.tmp/$(dirname "$f")" && cp "$pack/$f" "$dst/$name.tmp/$f"; done
       find "$dst/$name.tmp" -path '*/checkpoints/final' -type d 2>/dev/null |  # a finished phase: final suffices
         while read -r d; do rm -rf "$(dirname "$d")/latest"; done
@@ -86,7 +86,11 @@ restore_bench() {  # restore_bench <bench out>: kept packs whose run folders a r
     [ -d "$kept" ] && [ ! -e "$out/runs/$(basename "$kept")" ] && mkdir -p "$out/runs" && cp -r "$kept" "$out/runs/"
   done
 }
-for b in runs/o2o_v5_cpu runs/o2o_antmaze_cpu; do restore_bench $b; keep_bench $b & done  # (a fidelity pack: 1 h)
+for b in runs/o2o_v5_cpu runs/o2o_antmaze_cpu; do restore_bench $b; keep_bench $b & done
+# A fidelity pack's checkpoint (networks, targets, optimizer state; about 7 MB a seed for ReBRAC) is kept whole: ReBRAC's
+# pack needs 4+ core-hours, more than a session gives it, and a reset took it twice. The session commits it once, at its
+# end (git grows by a pack's size a session), and deletes it when the pack's cells are committed.
+restore_bench runs/offline_fidelity_v5; keep_bench runs/offline_fidelity_v5 32M &
 if ! grep -q '"ant-v5-full-replay-v0"' data/mujoco-v5/suite.json 2>/dev/null; then  # its last dataset
   OMP_NUM_THREADS=1 chrt -i 0 .venv/bin/robolearn collect suite=mujoco-v5 progress=false \
     > runs/collect-mujoco-v5.log 2>&1 &
