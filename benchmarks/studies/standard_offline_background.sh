@@ -18,13 +18,13 @@
 #      hopper-v5-medium and halfcheetah-v5-medium-replay again on the datasets as the suite makes them now.
 # The suite's datasets regenerate first when data/mujoco-v5 is missing, from the committed behaviour folders (about 25
 # minutes beside these jobs).
-# A machine reset takes runs/ with it (it has happened). Every 10 minutes `keep_bench` copies the unfinished packs of
-# the O2O benches (their configs, metrics and offline checkpoints: about 1 MB a seed; not the tensorboard logs nor
-# the online phases, whose checkpoints hold replay buffers) into the tracked benchmarks/in-progress/<bench>/, for the session
-# to commit, and `restore_bench` puts them back where a reset took them, so an offline phase resumes from its last
-# kept checkpoint (an online phase starts again from the offline one). Likewise every 10 minutes `keep` copies a
-# training run's networks (its
-# latest checkpoint without buffer and optimizer state, about 2 MB) and its policy snapshots into the tracked
+# A machine reset takes runs/ with it (it has happened three times). Every 10 minutes `keep_bench` copies the
+# unfinished packs of the benches (configs, metrics and checkpoints: an O2O offline phase is about 1 MB a seed, an
+# online one about 2-6 MB a seed with its replay buffer, which holds only the online steps; a fidelity pack about 7 MB
+# a seed; not the tensorboard logs) into the tracked benchmarks/in-progress/<bench>/, for the session to commit (once,
+# near its end: git grows by what changed), and `restore_bench` puts them back where a reset took them, so every phase
+# resumes from its last kept checkpoint. Likewise every 10 minutes `keep` copies a training run's networks (its latest
+# checkpoint without buffer and optimizer state, about 2 MB) and its policy snapshots into the tracked
 # benchmarks/behaviour/in-progress/<run>/, for the session to commit; a run whose folder is gone starts again from
 # those networks (`init=`, an empty buffer) instead of from scratch.
 set -u
@@ -63,17 +63,19 @@ keep() {  # keep <run dir>: every 10 minutes, its networks and snapshots into th
     [ -d "$run/snapshots" ] && cp -r "$run/snapshots" "$dst/"
   done
 }
-keep_bench() {  # keep_bench <bench out> [size]: every 10 minutes, its unfinished packs' files under size (4M) into the
-  local out=$1 size=${2:-4M} dst=benchmarks/in-progress/$(basename "$1")  # tracked folder
+keep_bench() {  # keep_bench <bench out>: every 10 minutes, its unfinished packs' files into the tracked folder
+  local out=$1 dst=benchmarks/in-progress/$(basename "$1")
   while sleep 600; do
     for pack in "$out"/runs/*/; do
       [ -d "$pack" ] || continue  # no pack yet: the glob stays as written
       local name
       name=$(basename "$pack")
       if compgen -G "$out/cells/${name}__seed*.json" > /dev/null; then rm -rf "${dst:?}/$name"; continue; fi  # done
-      rm -rf "$dst/$name.tmp"
-      (cd "$pack" && find . \( -name tensorboard -o -name online \) -prune -o -type f -size "-$size" -print) |
-        while read -r f; do mkdir -p "$dst/$name.tmp/$(dirname "$f")" && cp "$pack/$f" "$dst/$name.tmp/$f"; done
+      # hard links: an instant copy, so no checkpoint is caught half replaced (a save renames a new folder into place
+      # and never rewrites a file)
+      rm -rf "$dst/$name.tmp" && mkdir -p "$dst" && cp -al "$pack" "$dst/$name.tmp" || continue
+      find "$dst/$name.tmp" -name tensorboard -prune -exec rm -rf {} +
+      find "$dst/$name.tmp" -type f -size +32M -delete
       find "$dst/$name.tmp" -path '*/checkpoints/final' -type d 2>/dev/null |  # a finished phase: final suffices
         while read -r d; do rm -rf "$(dirname "$d")/latest"; done
       [ -d "$dst/$name.tmp" ] && rm -rf "${dst:?}/$name" && mv "$dst/$name.tmp" "$dst/$name"
@@ -86,11 +88,7 @@ restore_bench() {  # restore_bench <bench out>: kept packs whose run folders a r
     [ -d "$kept" ] && [ ! -e "$out/runs/$(basename "$kept")" ] && mkdir -p "$out/runs" && cp -r "$kept" "$out/runs/"
   done
 }
-for b in runs/o2o_v5_cpu runs/o2o_antmaze_cpu; do restore_bench $b; keep_bench $b & done
-# A fidelity pack's checkpoint (networks, targets, optimizer state; about 7 MB a seed for ReBRAC) is kept whole: ReBRAC's
-# pack needs 4+ core-hours, more than a session gives it, and a reset took it twice. The session commits it once, at its
-# end (git grows by a pack's size a session), and deletes it when the pack's cells are committed.
-restore_bench runs/offline_fidelity_v5; keep_bench runs/offline_fidelity_v5 32M &
+for b in runs/o2o_v5_cpu runs/o2o_antmaze_cpu runs/offline_fidelity_v5; do restore_bench $b; keep_bench $b & done
 if ! grep -q '"ant-v5-full-replay-v0"' data/mujoco-v5/suite.json 2>/dev/null; then  # its last dataset
   OMP_NUM_THREADS=1 chrt -i 0 .venv/bin/robolearn collect suite=mujoco-v5 progress=false \
     > runs/collect-mujoco-v5.log 2>&1 &
