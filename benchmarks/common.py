@@ -43,16 +43,11 @@ def machine_info() -> dict:
     import mujoco
     import torch
 
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from robolearn.core.cpu import cpu_model
+
     info = {
-        "cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+        "cpu": cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(),
+        "python": platform.python_version(),
         "mujoco": mujoco.__version__, "jax": jax.__version__, "jax_backend": jax.default_backend(),
         "torch": torch.__version__,
     }

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from robolearn.core.cpu import cpu_model
 from robolearn.data.dataset import write_json
 from robolearn.errors import ConfigError
 
@@ -193,13 +194,26 @@ def cell_result(cell: Cell, error: str | None = None, wall_s: float = 0.0) -> di
                               "score": None, "curve": [], "source": None, "task": None, "wall_s": round(wall_s, 3),
                               "error": error, "run_dir": cell.run_dir, "overrides": cell.overrides,
                               "command": cell.command,
-                              "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+                              "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": cpu_model(),
+                              "data": recorded_data(cell.run_dir)}
     if error is None:
         try:
             record.update(read_score(cell.run_dir))
         except Exception as e:  # any reason (no metrics, an unknown task) is the cell's error
             record["error"] = f"{type(e).__name__}: {e}"
     return record
+
+
+def recorded_data(run_dir: str | Path) -> str | None:
+    """The fingerprint of the dataset a cell's run trained on (its `dataset_source`; a finetune run's offline phase),
+    or None (no dataset, or a run made before runs recorded it): cells on another generation of a regenerated dataset
+    (another CPU, another engine build) tell themselves apart by it."""
+    for name in ("config.yaml", "offline/config.yaml"):
+        with contextlib.suppress(OSError, json.JSONDecodeError, AttributeError):
+            found = (json.loads((Path(run_dir) / name).read_text()).get("dataset_source") or {}).get("fingerprint")
+            if found:
+                return found
+    return None
 
 
 def read_score(run_dir: str | Path) -> dict[str, Any]:

@@ -65,6 +65,7 @@ import torch
 from robolearn.collect import waypoint
 from robolearn.collect.behaviour import MEDIUM_SCORE, is_behaviour, load_behaviour, replay_schedule, snapshot
 from robolearn.config import EnvConfig, make_env
+from robolearn.core.cpu import cpu_model
 from robolearn.data.dataset import Dataset
 from robolearn.errors import ConfigError
 
@@ -472,14 +473,16 @@ def collect(cfg: CollectConfig) -> Dataset:
             "return_mean": float(returns.mean()), "return_std": float(returns.std()),
             "ref_min_score": None if ref_min is None else float(ref_min),
             "ref_max_score": None if ref_max is None else float(ref_max),
-            "collection_seconds": time.perf_counter() - began, "software": _software(), **origin}
+            "collection_seconds": time.perf_counter() - began, "software": _software(), "cpu": cpu_model(),
+            **origin}
     return Dataset.from_episodes(episodes, {k: v for k, v in meta.items() if v is not None},
                                  source=f"collect {cfg.env.name} {cfg.kind}")
 
 
 def _software() -> dict[str, str]:
     """The versions that decide a collected dataset's bits (the simulator, JAX's compiler around it, the policy's
-    torch), recorded in its metadata: two machines that make different bits from one recipe differ in these first."""
+    torch), recorded in its metadata with the CPU: two machines that make different bits from one recipe differ in
+    these or in the kind of CPU (another instruction set rounds the policy's matrix products otherwise)."""
     from importlib.metadata import PackageNotFoundError, version
 
     found = {}

@@ -12,6 +12,9 @@ idle 2-core machine; with another job on the second core the gain was larger (4.
 `tune_allocator()` runs once per process at the CLI's start (and in bench workers); the cost is that memory freed
 after a peak stays with the process (up to `TRIM_BYTES` at the heap's top). `ROBOLEARN_MALLOC=default` turns it off.
 Elsewhere than glibc (macOS, musl, Windows) it does nothing.
+
+`cpu_model()` names the processor, which results record beside the software: torch's matrix kernels differ between
+instruction sets, so one recipe makes other bits on another kind of CPU (docs/offline-rl.md, "Bit for bit").
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import platform
 import sys
+from pathlib import Path
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc <malloc.h>
 MMAP_BYTES = 32 * 1024 * 1024  # the largest mmap threshold glibc accepts on 64-bit (HEAP_MAX_SIZE / 2)
@@ -44,3 +49,14 @@ def tune_allocator() -> bool:
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     _done = bool(mallopt(M_MMAP_THRESHOLD, MMAP_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_BYTES))
     return _done
+
+
+def cpu_model() -> str:
+    """The processor's model name (Linux's /proc/cpuinfo, else `platform.processor()`), e.g. "AMD EPYC"."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

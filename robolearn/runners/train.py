@@ -465,8 +465,9 @@ def offline_buffer(path: str | None, env: Any, algo_cfg: Any, device: torch.devi
 
 
 def dataset_source(dataset: str, env: dict[str, Any]) -> dict[str, Any]:
-    """What a run records of its dataset: where it was found, its reference returns and where they come from, and
-    the Gymnasium env it was recorded in when the run's task is the one that env maps to (else None: an explicit
+    """What a run records of its dataset: where it was found, its fingerprint (the sha256 of its arrays: which
+    generation of a regenerated dataset it trained on), its reference returns and where they come from, and the
+    Gymnasium env it was recorded in when the run's task is the one that env maps to (else None: an explicit
     `env=` of another task; `robolearn eval backend=gymnasium` then uses the Gymnasium env that task equals)."""
     from robolearn.data.sources import load_source, policy_size
     from robolearn.data.standard import dataset_task, same
@@ -480,7 +481,7 @@ def dataset_source(dataset: str, env: dict[str, Any]) -> dict[str, Any]:
     reference, origin = reference_source(data.metadata, env["name"])
     same_env = choice is not None and choice.task == env["name"] and same(choice.overrides, env.get("overrides") or {})
     return {"path": str(path), "reference": list(reference) if reference else None, "reference_source": origin,
-            "gymnasium": choice.gymnasium if same_env else None}
+            "gymnasium": choice.gymnasium if same_env else None, "fingerprint": data.fingerprint()}
 
 
 def _return_range_scale(algo_cfg: Any, data: Any, path: Any) -> Any:

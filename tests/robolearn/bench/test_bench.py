@@ -430,7 +430,8 @@ def test_packed_seeds_run_as_one_process_and_score_as_unpacked(tmp_path):
     of the same suite keeps one process per cell."""
     from robolearn.collect.generate import CollectConfig, collect
     from robolearn.config import EnvConfig
-    from robolearn.data.formats import save_dataset
+    from robolearn.core.cpu import cpu_model
+    from robolearn.data.formats import load_dataset, save_dataset
 
     env = EnvConfig("point-mass", num_envs=4, backend="mujoco", overrides={"episode_length": 100})
     data = save_dataset(collect(CollectConfig(env=env, kind="expert", policy="reference", noise=0.3, episodes=8,
@@ -449,6 +450,9 @@ def test_packed_seeds_run_as_one_process_and_score_as_unpacked(tmp_path):
         cells = {p.stem: json.loads(p.read_text()) for p in (out / "cells").glob("*.json")}
         assert all(c["error"] is None for c in cells.values())
         scores[packed] = {k: c["score"] for k, c in cells.items()}
+        # each cell records the data it trained on (which generation of a regenerated dataset) and the CPU
+        assert {c["data"] for c in cells.values()} == {load_dataset(data).fingerprint()}
+        assert {c["machine"] for c in cells.values()} == {cpu_model()}
         if packed:
             assert cells["td3_bc__pm__seed1"]["run_dir"] == str(out.resolve() / "runs" / "td3_bc__pm" / "seed1")
             assert json.loads((out / "runs" / "td3_bc__pm" / "config.yaml").read_text())["seeds"] == [0, 1]
