@@ -14,8 +14,8 @@
 #      budget of configs/bench/o2o-v5.yaml's header (64x64, 10K offline + 20K online steps, 5 seeds packed), then on
 #      antmaze-umaze and -diverse (configs/bench/o2o-antmaze.yaml) at the same budget;
 #   4. the v5 fidelity bench (BC, TD3+BC, IQL; 100K steps, 3 seeds packed), dataset by dataset (the cells committed
-#      in benchmarks/results/offline_fidelity_v5/cells count as done), then ReBRAC on halfcheetah-v5-medium, then
-#      hopper-v5-medium and halfcheetah-v5-medium-replay again on the datasets as the suite makes them now.
+#      in benchmarks/results/offline_fidelity_v5/cells count as done), then ReBRAC on halfcheetah-v5-medium, then on
+#      hopper-v5-medium and the medium-replay sets (about 4.3 core-hours each; the machine keeps them across resets).
 # The suite's datasets regenerate first when data/mujoco-v5 is missing, from the committed behaviour folders (about 25
 # minutes beside these jobs).
 # A machine reset takes runs/ with it (it has happened three times). Every 10 minutes `keep_bench` copies the
@@ -132,9 +132,9 @@ for d in halfcheetah-v5-medium halfcheetah-v5-medium-expert hopper-v5-medium-exp
 done
 # then ReBRAC on halfcheetah-v5-medium (about 4.3 core-hours at 100K, 3 seeds packed; CQL's 20+ wait for a GPU)
 fidelity rebrac halfcheetah-v5-medium
-# then again on the two datasets whose committed cells trained on their earlier generation (made with
-# sim.vecenv.FAST_C_ENGINE_COMPILE: the same recipe, other bits; benchmarks/results/offline_fidelity_v5/earlier-data)
-for d in hopper-v5-medium halfcheetah-v5-medium-replay; do
-  fidelity bc,td3_bc,iql $d
+# then on the other datasets, one by one (the cells record which generation of the data they trained on: another CPU
+# or engine build makes other bits with the same statistics, benchmarks/results/suite_cross_cpu.json)
+for d in hopper-v5-medium halfcheetah-v5-medium-replay hopper-v5-medium-replay; do
+  fidelity rebrac $d
 done
 wait
