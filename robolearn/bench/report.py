@@ -193,6 +193,7 @@ def write_report(out: str | Path, reps: int = 50000) -> dict[str, Path]:
                              f"{text} |")
     if has_curves:
         lines += ["", "## Learning curves (mean over seeds, 95% bootstrap CI)", "", "![curves](curves.png)"]
+    lines += provenance_table(cells, datasets)
     if failed:
         lines += ["", "## Failed cells", ""]
         for c in failed:
@@ -200,6 +201,29 @@ def write_report(out: str | Path, reps: int = 50000) -> dict[str, Path]:
             lines.append(f"- `{c['id']}`: {last}")
     paths["report"].write_text("\n".join(lines) + "\n")
     return paths
+
+
+def provenance_table(cells: Sequence[dict[str, Any]], datasets: Sequence[str]) -> list[str]:
+    """Report lines on what each dataset's finished cells trained on and where: the data's generations (the first 12
+    hex digits of the fingerprint a cell records) and the CPUs, with their counts. A regenerated dataset can hold
+    other bits with the same statistics (another kind of CPU, another engine build), so a column mixing
+    generations is seen here. Empty when no cell records either (cells made before they did)."""
+    if not any(c.get("data") or c.get("machine") for c in cells):
+        return []
+
+    def counted(values: list[str]) -> str:
+        return ", ".join(f"{v} ({values.count(v)})" for v in dict.fromkeys(values))
+
+    lines = ["", "## Data and machines", "", "Per dataset, the generations of the data its finished cells trained on "
+             "(the first 12 hex digits of its fingerprint) and their CPUs, with the number of cells; one recipe makes "
+             "other bits with the same statistics on another kind of CPU.", "",
+             "| dataset | data | machine |", "|---|---|---|"]
+    for data in datasets:
+        done = [c for c in cells if c["dataset"] == data and not c.get("error")]
+        if done:
+            lines.append(f"| {data} | {counted([(c.get('data') or 'not recorded')[:12] for c in done])} | "
+                         f"{counted([c.get('machine') or 'not recorded' for c in done])} |")
+    return lines
 
 
 def plot_curves(cells: Sequence[dict[str, Any]], algos: Sequence[str], datasets: Sequence[str], path: Path,

@@ -453,6 +453,8 @@ def test_packed_seeds_run_as_one_process_and_score_as_unpacked(tmp_path):
         # each cell records the data it trained on (which generation of a regenerated dataset) and the CPU
         assert {c["data"] for c in cells.values()} == {load_dataset(data).fingerprint()}
         assert {c["machine"] for c in cells.values()} == {cpu_model()}
+        report = (out / "report.md").read_text()
+        assert f"| pm | {load_dataset(data).fingerprint()[:12]} (2) | {cpu_model()} (2) |" in report
         if packed:
             assert cells["td3_bc__pm__seed1"]["run_dir"] == str(out.resolve() / "runs" / "td3_bc__pm" / "seed1")
             assert json.loads((out / "runs" / "td3_bc__pm" / "config.yaml").read_text())["seeds"] == [0, 1]
