@@ -59,14 +59,20 @@ def main() -> None:
         rows = {}
         for name, here in sorted(made.items()):
             then = recorded.get(name, {})
-            rows[name] = {"same_bits": here.get("fingerprint") == prints.get(name),
-                          "here": {k: here.get(k) for k in ("episodes", "steps", "return_mean", "normalized_score")},
-                          "recorded": then,
-                          "return_mean_change_pct": (100 * (here["return_mean"] - then["return_mean"])
-                                                     / abs(then["return_mean"]) if then else None)}
-            print(f"{name}: {'same bits' if rows[name]['same_bits'] else 'other bits'}, episodes "
+            meta = json.loads((ROOT / s.data / suite / name / "dataset.json").read_text())["metadata"]
+            # the difference of the two mean returns in standard errors (the episodes' spread here, on both sides)
+            se = meta["return_std"] * (2 / here["episodes"]) ** 0.5
+            row = {"same_bits": here.get("fingerprint") == prints.get(name),
+                   "here": {k: here.get(k) for k in ("episodes", "steps", "return_mean", "normalized_score")},
+                   "return_std": meta["return_std"], "recorded": then}
+            if then:
+                diff = here["return_mean"] - then["return_mean"]
+                row.update(return_mean_change_pct=100 * diff / abs(then["return_mean"]),
+                           return_mean_change_se=diff / se if se > 0 else 0.0)
+            rows[name] = row
+            print(f"{name}: {'same bits' if row['same_bits'] else 'other bits'}, episodes "
                   f"{here.get('episodes')} vs {then.get('episodes')}, mean return {here['return_mean']:.1f} vs "
-                  f"{then.get('return_mean')}")
+                  f"{then.get('return_mean')} ({row.get('return_mean_change_se', float('nan')):+.2f} SE)")
         suites[suite] = {"made": len(rows), "same_bits": sum(r["same_bits"] for r in rows.values()),
                          "of_recorded": len(prints), "datasets": rows}
     write_result(s.out, "suite_cross_cpu", {"reference_cpu": s.reference_cpu, "suites": suites})
