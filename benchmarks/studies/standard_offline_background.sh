@@ -78,6 +78,9 @@ keep_bench() {  # keep_bench <bench out>: every 10 minutes, its unfinished packs
       find "$dst/$name.tmp" -type f -size +32M -delete
       find "$dst/$name.tmp" -path '*/checkpoints/final' -type d 2>/dev/null |  # a finished phase: final suffices
         while read -r d; do rm -rf "$(dirname "$d")/latest"; done
+      # a pack's seeds save one after another: a copy taken between two of them is not resumable, so keep the last one
+      if [ "$(find "$dst/$name.tmp" -path '*/checkpoints/latest/trainer.json' -exec grep -h '"iteration"' {} + |
+              sort -u | wc -l)" -gt 1 ]; then rm -rf "$dst/$name.tmp"; continue; fi
       [ -d "$dst/$name.tmp" ] && rm -rf "${dst:?}/$name" && mv "$dst/$name.tmp" "$dst/$name"
     done
   done
